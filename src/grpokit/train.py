@@ -1,0 +1,252 @@
+"""`grpokit train`: seed, model, data, rewards, evaluation before, cold start, GRPO, save, evaluation after.
+
+Run directory (one per run, never overwritten):
+    recipe.yaml            the resolved recipe, as run
+    train.log              everything logged, TRL's and transformers' messages included
+    metrics.jsonl          one JSON line per logging step (stage, step, TRL's metrics)
+    trainer_state.json     TRL's own log history of the GRPO stage
+    eval_before.json       greedy held-out evaluation of the untouched model
+    eval_cold_start.json   ... after the cold start (when the recipe has one)
+    eval_after.json        ... after GRPO
+    adapter/ or model/     the trained LoRA adapter (or full model) and tokenizer
+    summary.json           the before/after numbers and timings
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpokit import cold_start
+from grpokit.config import Recipe, build_grpo_config
+from grpokit.evaluate import EvalResult, evaluate
+from grpokit.models import load_model
+from grpokit.rewards import make_reward, to_trl
+from grpokit.tasks import build_task
+from grpokit.tasks.base import render_prompt, think_prefilled
+
+log = logging.getLogger(__name__)
+
+
+def main(recipe: Recipe) -> Path:
+    import transformers
+    from trl import GRPOTrainer
+
+    run_dir = make_run_dir(recipe)
+    log_file = attach_log_file(run_dir / "train.log")
+    try:
+        (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
+        log.info("run directory: %s", run_dir)
+        transformers.set_seed(recipe.seed)
+        started = time.perf_counter()
+        stages: dict[str, float] = {}
+
+        model, tokenizer = load_model(recipe.model.name, recipe.model.dtype, recipe.model.revision)
+        task = build_task(recipe.task.name, recipe.task.params)
+        eval_set = task.dataset("eval", recipe.eval.n)
+        train_data = build_train_dataset(task, tokenizer, recipe)
+        prefilled = think_prefilled(train_data[0]["prompt"])
+
+        results = {"before": run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")}
+        stages["eval_before"] = results["before"].seconds
+
+        if recipe.lora.enabled:
+            model = attach_lora(model, recipe)
+        metrics = MetricsLog(run_dir / "metrics.jsonl")
+        if recipe.cold_start.enabled:
+            t0 = time.perf_counter()
+            metrics.stage = "cold_start"
+            model = cold_start.run(model, tokenizer, task, recipe, run_dir / "cold_start", [metrics.callback()])
+            stages["cold_start"] = time.perf_counter() - t0
+            results["cold_start"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "cold_start")
+
+        rewards = [to_trl(spec.name, make_reward(spec.name, task, spec.params), prefilled) for spec in recipe.rewards]
+        args = build_grpo_config(recipe, run_dir / "grpo")
+        metrics.stage = "grpo"
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=rewards,
+            args=args,
+            train_dataset=train_data,
+            processing_class=tokenizer,
+            callbacks=[metrics.callback()],
+        )
+        t0 = time.perf_counter()
+        trainer.train()
+        stages["grpo"] = time.perf_counter() - t0
+        trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
+        model = trainer.model
+        save_model(model, tokenizer, run_dir, recipe)
+
+        results["after"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "after")
+        stages["total"] = time.perf_counter() - started
+        write_summary(run_dir, results, stages)
+        log.info("\n%s", format_table(results, stages))
+        return run_dir
+    finally:
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()
+
+
+def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
+    """GRPO prompts as text rendered by grpokit, so training and evaluation see the same prompt."""
+    from datasets import Dataset
+
+    rows = task.dataset("train", recipe.task.train_size, distinct=False)
+    return Dataset.from_list(
+        [{**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt))} for row in rows]
+    )
+
+
+def make_run_dir(recipe: Recipe) -> Path:
+    base = Path(recipe.output.dir) / (recipe.output.name or "run")
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for suffix in ["", *(f"-{i}" for i in range(1, 100))]:
+        run_dir = base / f"{stamp}{suffix}"
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise OSError(
+                f"cannot create the run directory {run_dir}: {err}; set output.dir to a writable folder"
+            ) from err
+        return run_dir
+    raise FileExistsError(f"too many runs started this second under {base}")
+
+
+def attach_log_file(path: Path) -> logging.Handler:
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def attach_lora(model: Any, recipe: Recipe) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    cfg = recipe.lora
+    lora = LoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=cfg.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, lora)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("LoRA r=%d on %s: %.2fM trainable parameters", cfg.r, cfg.target_modules, trainable / 1e6)
+    return model
+
+
+def run_eval(
+    model: Any, tokenizer: Any, task: Any, eval_set: list, recipe: Recipe, run_dir: Path, label: str
+) -> EvalResult:
+    result = evaluate(
+        model,
+        tokenizer,
+        task,
+        eval_set,
+        max_new_tokens=recipe.eval.max_new_tokens,
+        batch_size=recipe.eval.batch_size,
+        samples=recipe.eval.samples,
+        system_prompt=recipe.task.system_prompt,
+        label=f"eval {label}",
+    )
+    result.save(run_dir / f"eval_{label}.json")
+    log.info(
+        "eval %s: accuracy %.1f%%, format %.1f%% on %d held-out problems (%.0f s)",
+        label,
+        100 * result.accuracy,
+        100 * result.format_rate,
+        result.n,
+        result.seconds,
+    )
+    return result
+
+
+def save_model(model: Any, tokenizer: Any, run_dir: Path, recipe: Recipe) -> Path:
+    out = run_dir / ("adapter" if recipe.lora.enabled else "model")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def write_summary(run_dir: Path, results: dict[str, EvalResult], stages: dict[str, float]) -> None:
+    summary = {
+        "evals": {k: {"accuracy": r.accuracy, "format_rate": r.format_rate, "n": r.n} for k, r in results.items()},
+        "seconds": stages,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def format_table(results: dict[str, EvalResult], stages: dict[str, float]) -> str:
+    lines = [f"{'stage':<12} {'accuracy':>9} {'format':>8} {'tokens':>7}   (greedy, held-out)"]
+    for name, r in results.items():
+        lines.append(
+            f"{name:<12} {100 * r.accuracy:>8.1f}% {100 * r.format_rate:>7.1f}% "
+            f"{r.mean_completion_tokens:>7.1f}   n={r.n}"
+        )
+    timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in stages.items())
+    return "\n".join(lines) + f"\nwall time: {timing}"
+
+
+class MetricsLog:
+    """Appends every trainer log (cold start and GRPO) to metrics.jsonl and prints a progress line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stage = "train"
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _Callback(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                self.t0 = time.perf_counter()
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if not logs:
+                    return
+                row = {
+                    "stage": outer.stage,
+                    "step": state.global_step,
+                    "time": round(time.time(), 3),
+                    **{k: (v if math.isfinite(v) else str(v)) for k, v in logs.items() if isinstance(v, int | float)},
+                }
+                with outer.path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+                elapsed = time.perf_counter() - self.t0
+                rate = elapsed / max(state.global_step, 1)
+                eta = rate * (state.max_steps - state.global_step)
+                shown = {
+                    k: logs[k]
+                    for k in (
+                        "loss",
+                        "reward",
+                        "rewards/correctness/mean",
+                        "rewards/format/mean",
+                        "completions/mean_length",
+                    )
+                    if k in logs
+                }
+                log.info(
+                    "%s step %d/%d (%.1f s/step, ETA %.1f min) %s",
+                    outer.stage,
+                    state.global_step,
+                    state.max_steps,
+                    rate,
+                    eta / 60,
+                    " ".join(f"{k}={v:.3g}" for k, v in shown.items()),
+                )
+
+        return _Callback()

@@ -1,0 +1,96 @@
+"""Shared fixtures: a tiny random-weight chat model built inside the tests (offline, seconds on 2 cores)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_tiny_model(out_dir: Path, chat_template: str = CHATML) -> Path:
+    """A 2-layer Llama with a 400-token BPE vocabulary learned from the arithmetic task's own text."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from grpokit.tasks import build_task
+    from grpokit.tasks.base import DEFAULT_SYSTEM_PROMPT
+
+    task = build_task("arithmetic")
+    corpus = [DEFAULT_SYSTEM_PROMPT, "system user assistant"]
+    corpus += [row["question"] + " " + task.demonstration(row) for row in task.dataset("train", 300, distinct=False)]
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        unk_token="<unk>",
+    )
+    tokenizer.chat_template = chat_template
+    torch.manual_seed(0)
+    # Shrunk to the minimum that still exercises every code path: 2 layers, GQA (2 heads, 1 kv head).
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+def tiny_recipe(model_dir: Path, out_dir: Path, **sections: dict) -> dict:
+    """A recipe dict shrunk for the tiny model; each value is commented where it is shrunk."""
+    raw = {
+        "model": {"name": str(model_dir)},
+        "lora": {"r": 4, "alpha": 8},  # small rank: fewer parameters, same code path
+        "task": {"name": "arithmetic", "train_size": 16},
+        "rewards": [{"name": "format", "weight": 0.5}, {"name": "correctness"}],
+        "cold_start": {"enabled": False, "examples": 16, "steps": 2, "batch_size": 4},
+        "grpo": {
+            "learning_rate": 1e-2,  # large, so two steps visibly move the weights
+            "max_steps": 2,  # two GRPO steps are enough to prove the wiring
+            "num_generations": 4,
+            "per_device_train_batch_size": 8,  # 2 prompts x 4 completions
+            "max_completion_length": 12,  # short completions: the model is random anyway
+            "beta": 0.0,
+            "bf16": False,
+            "activation_checkpointing": False,
+            "logging_steps": 1,
+            "save_strategy": "no",
+        },
+        "eval": {"n": 6, "max_new_tokens": 8, "batch_size": 6, "samples": 2},  # a smoke-sized eval
+        "output": {"dir": str(out_dir), "name": "tiny"},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
+    return raw

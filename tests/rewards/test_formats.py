@@ -1,0 +1,39 @@
+import pytest
+
+from grpokit.rewards import make_reward
+
+GOOD = "<think>4 * 5 = 20. 3 + 20 = 23.</think><answer>23</answer>"
+
+
+@pytest.mark.parametrize(
+    ("completion", "strict", "partial"),
+    [
+        (GOOD, 1.0, 1.0),
+        ("<think>a</think>\n<answer>1</answer>\n", 1.0, 1.0),
+        ("<think>a</think>", 0.0, 0.5),
+        ("<answer>1</answer>", 0.0, 0.5),
+        ("plain prose, 23", 0.0, 0.0),
+        ("", 0.0, 0.0),
+        # adversarial: tag spam earns nothing for the spammed tags
+        ("<think><think><think></think></think></think><answer>1</answer>", 0.0, 0.5),
+        ("<think></think>" * 20 + "<answer>1</answer>", 0.0, 0.5),
+        # adversarial: an empty answer, several answers, text around the format
+        ("<think>a</think><answer></answer>", 0.0, 0.5),
+        ("<think>a</think><answer> \n</answer>", 0.0, 0.5),
+        ("<think>a<answer>1</answer></think>", 0.0, 0.5),  # the answer hides inside the thought
+        ("<think>a</think><answer>1</answer><answer>2</answer>", 0.0, 0.5),
+        ("Sure! " + GOOD, 0.0, 1.0),
+        (GOOD + " extra", 0.0, 1.0),
+        # adversarial: a huge completion is bounded, not scanned in full
+        ("<think>" + "x" * 1_000_000 + "</think><answer>1</answer>", 0.0, 0.25),
+    ],
+)
+def test_format_rewards(completion, strict, partial):
+    assert make_reward("format", task=None)(completion, {}) == strict
+    assert make_reward("format_partial", task=None)(completion, {}) == partial
+
+
+def test_partial_never_exceeds_strict_ceiling():
+    reward = make_reward("format_partial", task=None)
+    for text in ["<think>", "</think>" * 3, GOOD * 2, "<answer>" * 100]:
+        assert 0.0 <= reward(text, {}) <= 1.0

@@ -1,0 +1,62 @@
+import pytest
+
+from grpokit.config import RecipeError
+from grpokit.rewards import REWARDS, make_reward, register_reward, to_trl
+from grpokit.tasks import build_task
+
+GOOD = "<think>4 * 5 = 20. 3 + 20 = 23.</think><answer>23</answer>"
+
+
+def test_correctness_delegates_to_task_score():
+    task = build_task("arithmetic")
+    reward = make_reward("correctness", task)
+    for row in task.dataset("eval", 20):
+        demo = task.demonstration(row)
+        assert reward(demo, row) == task.score(demo, row) == 1.0
+        assert reward(demo.replace(f"<answer>{row['answer']}<", f"<answer>{row['answer'] + 1}<"), row) == 0.0
+
+
+def test_to_trl_batch_signature_and_name():
+    task = build_task("arithmetic")
+    trl_reward = to_trl("correctness", make_reward("correctness", task))
+    assert trl_reward.__name__ == "correctness"  # TRL logs rewards/correctness/mean
+    out = trl_reward(
+        prompts=["p", "p"],
+        completions=[GOOD, "<think>x</think><answer>1</answer>"],
+        answer=[23, 23],
+        question=["q", "q"],
+        trainer_state=object(),
+    )
+    assert out == [1.0, 0.0]
+
+
+def test_to_trl_accepts_conversational_completions():
+    trl_reward = to_trl("format", make_reward("format", None))
+    assert trl_reward(prompts=[[]], completions=[[{"role": "assistant", "content": GOOD}]]) == [1.0]
+
+
+def test_prefilled_think_does_not_zero_the_format_reward():
+    completion = GOOD.removeprefix("<think>")  # the chat template wrote "<think>" itself
+    assert to_trl("format", make_reward("format", None), think_prefilled=False)([""], [completion]) == [0.0]
+    assert to_trl("format", make_reward("format", None), think_prefilled=True)([""], [completion]) == [1.0]
+
+
+def test_unknown_reward_lists_known_names():
+    with pytest.raises(RecipeError, match=r"unknown reward 'formt'; known: correctness, format"):
+        make_reward("formt", None)
+
+
+def test_duplicate_registration_raises():
+    with pytest.raises(ValueError, match="registered twice"):
+        register_reward("format")(lambda task: None)
+    assert "format" in REWARDS
+
+
+def test_dotted_path_escape_hatch():
+    reward = make_reward("grpokit.rewards.formats.make_format", None)
+    assert reward(GOOD, {}) == 1.0
+
+
+def test_bad_params_name_the_reward():
+    with pytest.raises(RecipeError, match="bad params for reward 'format'"):
+        make_reward("format", None, {"nope": 1})

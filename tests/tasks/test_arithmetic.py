@@ -1,0 +1,123 @@
+import pytest
+
+from grpokit.config import RecipeError
+from grpokit.tasks import build_task
+from grpokit.tasks.arithmetic import solve
+
+
+@pytest.fixture
+def task():
+    return build_task("arithmetic")
+
+
+def test_reference_shapes_only(task):
+    """3 operands with + and * give exactly `a + b * c` or `a * b + c`, operands 1..10."""
+    patterns = set()
+    for row in task.dataset("train", 200, distinct=False):
+        a, op1, b, op2, c = row["expression"].split()
+        patterns.add((op1, op2))
+        assert all(1 <= int(x) <= 10 for x in (a, b, c))
+    assert patterns == {("+", "*"), ("*", "+")}
+
+
+def test_deterministic_per_index(task):
+    assert task.example("train", 17) == build_task("arithmetic").example("train", 17)
+    assert task.example("train", 17) != task.example("train", 18) or task.example("train", 19)
+
+
+def test_seed_changes_problems():
+    a = build_task("arithmetic", {"seed": 1}).dataset("train", 20, distinct=False)
+    b = build_task("arithmetic", {"seed": 2}).dataset("train", 20, distinct=False)
+    assert [r["question"] for r in a] != [r["question"] for r in b]
+
+
+def test_held_out_split_never_overlaps_training(task):
+    train = {row["question"] for row in task.dataset("train", 3000, distinct=False)}
+    held_out = task.dataset("eval", 200)
+    assert len({row["question"] for row in held_out}) == 200  # distinct
+    assert not train & {row["question"] for row in held_out}
+
+
+@pytest.mark.parametrize(
+    ("nums", "ops", "value"),
+    [
+        ([2, 3, 4], ["+", "*"], 14),
+        ([2, 3, 4], ["*", "+"], 10),
+        ([10, 10, 10], ["*", "*"], 1000),
+        ([5, 7, 2], ["-", "*"], -9),
+        ([1, 2, 3, 4], ["*", "+", "*"], 14),
+        ([9, 4], ["-"], 5),
+    ],
+)
+def test_ground_truth_follows_precedence(nums, ops, value):
+    steps, result = solve(nums, ops)
+    assert result == value
+    assert steps[-1].endswith(f"= {value}.")
+
+
+def test_demonstration_scores_and_is_strict(task):
+    from grpokit.parsing import is_strict_format
+
+    for row in task.dataset("eval", 50):
+        demo = task.demonstration(row)
+        assert is_strict_format(demo)
+        assert task.score(demo, row) == 1.0
+
+
+ROW = {"question": "What is 3 + 4 * 5?", "answer": 23}
+
+
+@pytest.mark.parametrize(
+    ("completion", "score"),
+    [
+        ("<think>4 * 5 = 20. 3 + 20 = 23.</think><answer>23</answer>", 1.0),
+        ("<think>…</think><answer> 23 </answer>", 1.0),
+        ("<think>4 * 5 = 20. 3 + 20 = 23.</think><answer>22</answer>", 0.0),
+        # adversarial: the answer only inside the thought, or no answer block
+        ("<think>so <answer>23</answer></think>", 0.0),
+        ("The answer is 23.", 0.0),
+        ("<think>x</think><answer></answer>", 0.0),
+        # adversarial: an expression instead of a number is never evaluated
+        ("<think>x</think><answer>3 + 4 * 5</answer>", 0.0),
+        ("<think>x</think><answer>__import__('os').system('true')</answer>", 0.0),
+        ("<think>x</think><answer>9**9**9</answer>", 0.0),
+        # adversarial: look-alike digits, decorations, huge numbers
+        ("<think>x</think><answer>２３</answer>", 0.0),
+        ("<think>x</think><answer>٢٣</answer>", 0.0),
+        ("<think>x</think><answer>23.0</answer>", 0.0),
+        ("<think>x</think><answer>= 23</answer>", 0.0),
+        ("<think>x</think><answer>" + "9" * 5000 + "</answer>", 0.0),
+        # hedging: several answers, only the last counts
+        ("<think>x</think><answer>23</answer><answer>24</answer>", 0.0),
+        ("<think>x</think><answer>24</answer><answer>23</answer>", 1.0),
+    ],
+)
+def test_score(task, completion, score):
+    assert task.score(completion, ROW) == score
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"operands": 1},
+        {"min_value": 5, "max_value": 1},
+        {"operators": ["/"]},
+        {"operators": []},
+        {"eval_fraction": 0.0},
+        {"operands": 2, "operators": ["+", "*"]},
+    ],
+)
+def test_bad_config_is_rejected(params):
+    with pytest.raises(RecipeError, match="task.params"):
+        build_task("arithmetic", params)
+
+
+def test_unknown_param_names_known_ones():
+    with pytest.raises(RecipeError, match="unknown key task.params.operand .*known: .*operands"):
+        build_task("arithmetic", {"operand": 3})
+
+
+def test_too_small_problem_space_fails_clearly():
+    task = build_task("arithmetic", {"operands": 2, "operators": ["+"], "min_value": 1, "max_value": 2})
+    with pytest.raises(ValueError, match="(distinct eval problems|no eval problem found)"):
+        task.dataset("eval", 50)

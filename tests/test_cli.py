@@ -1,0 +1,39 @@
+import pytest
+
+from grpokit.cli import main
+
+
+def test_tasks_and_rewards_list_what_is_registered(capsys):
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "arithmetic" in out and "operands=3" in out
+    assert main(["rewards"]) == 0
+    out = capsys.readouterr().out
+    for name in ("format", "format_partial", "correctness"):
+        assert f"\n{name} " in "\n" + out
+
+
+def test_bad_recipe_fails_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    import grpokit.models
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the recipe was validated")
+
+    monkeypatch.setattr(grpokit.models, "load_model", no_model)
+    path = tmp_path / "r.yaml"
+    path.write_text("rewards: [{name: format}]\ngrpo: {bf16: false, learning_rat: 1e-5}\n")
+    assert main(["train", str(path)]) == 2
+    assert "unknown key grpo.learning_rat" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_override_errors_are_reported(tmp_path, capsys):
+    path = tmp_path / "r.yaml"
+    path.write_text("rewards: [{name: format}]\ngrpo: {bf16: false}\n")
+    assert main(["train", str(path), "lora.r=-1"]) == 2
+    assert "lora.r=-1" in capsys.readouterr().err
+
+
+def test_unknown_command_exits_nonzero():
+    with pytest.raises(SystemExit):
+        main(["trian"])

@@ -1,0 +1,135 @@
+from pathlib import Path
+
+import pytest
+
+from grpokit.config import RecipeError, apply_override, build_recipe, load_recipe
+
+RECIPES = sorted(Path(__file__).resolve().parents[1].joinpath("recipes").rglob("*.yaml"))
+MINIMAL = {
+    "rewards": [{"name": "format"}, {"name": "correctness"}],
+    "grpo": {"num_generations": 4, "per_device_train_batch_size": 8, "bf16": False},
+}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_every_shipped_recipe_loads_and_validates(path):
+    recipe = load_recipe(path)
+    assert recipe.rewards
+    first_line = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first_line.startswith("#"), "each recipe opens with a comment: purpose, hardware, command"
+    assert "Run:" in path.read_text(encoding="utf-8") or "grpokit train" in path.read_text(encoding="utf-8")
+
+
+def test_shipped_recipes_exist():
+    assert any(p.name == "arithmetic_grpo.yaml" for p in RECIPES)
+
+
+def test_grpo_section_becomes_grpo_config():
+    from grpokit.config import build_grpo_config
+
+    recipe = build_recipe({**MINIMAL, "rewards": [{"name": "format", "weight": 0.5}, {"name": "correctness"}]})
+    args = build_grpo_config(recipe, "out")
+    assert args.num_generations == 4
+    assert args.reward_weights == [0.5, 1.0]
+    assert args.bf16 is False
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model: [unclosed", "not valid YAML"),
+        ("- just\n- a list\n", "must hold a mapping"),
+        ("modle: {name: x}\n", "unknown key 'modle'; known keys in the recipe: .*model"),
+        ("lora: {rank: 8}\n", r"unknown key 'lora.rank'; known keys in lora: .*\br\b"),
+        ("lora: {r: eight}\n", "lora.r='eight' should be int"),
+        ("lora: {r: 0}\n", "lora.r=0"),
+        ("lora: {dropout: 1.5}\n", "lora.dropout=1.5"),
+        ("task: {name: arithmatic}\n", "unknown task 'arithmatic'; known: arithmetic"),
+        ("task: {params: {operands: 1}}\n", "task.params for 'arithmetic'"),
+        ("rewards: [{name: formt}]\n", "unknown reward 'formt'; known: .*format"),
+        ("rewards: []\n", "the recipe has no rewards"),
+        ("rewards: [{weight: 1}]\n", "rewards.0"),
+        ("grpo: {learning_rat: 1e-5}\n", "unknown key grpo.learning_rat"),
+        ("grpo: {learning_rate: -1e-5}\n", "grpo.learning_rate=-1e-05"),
+        ("grpo: {num_generations: 1}\n", "at least 2 generations"),
+        ("grpo: {num_generations: 3, per_device_train_batch_size: 8}\n", "divisible by num_generations"),
+        ("grpo: {reward_weights: [1, 2]}\n", "rewards\\[\\*\\].weight"),
+        ("eval: {n: 0}\n", "eval.n=0"),
+        ("cold_start: {enabled: true, steps: 0}\n", "cold_start.steps=0"),
+    ],
+)
+def test_bad_recipes_fail_with_the_key_named(tmp_path, text, message):
+    base = "rewards: [{name: format}]\ngrpo: {num_generations: 4, per_device_train_batch_size: 8, bf16: false}\n"
+    # Later keys of the same section replace the base's; the bad key is what the message must name.
+    merged = text if text.startswith(("- ", "model: [")) else base + text
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(write(tmp_path, merged))
+
+
+def test_missing_file_and_non_utf8(tmp_path):
+    with pytest.raises(RecipeError, match="recipe file not found"):
+        load_recipe(tmp_path / "nope.yaml")
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("model: {name: caf\xe9}\n".encode("latin-1"))
+    with pytest.raises(RecipeError, match="not UTF-8"):
+        load_recipe(path)
+
+
+def test_scientific_notation_is_a_float(tmp_path):
+    recipe = load_recipe(
+        write(
+            tmp_path,
+            "rewards: [{name: format}]\ncold_start: {learning_rate: 5e-4}\ngrpo: {learning_rate: 1e-5, bf16: false}\n",
+        )
+    )
+    assert recipe.cold_start.learning_rate == 5e-4
+    assert recipe.grpo["learning_rate"] == 1e-5
+
+
+def test_overrides(tmp_path):
+    path = write(tmp_path, "rewards: [{name: format}, {name: correctness}]\ngrpo: {bf16: false}\n")
+    recipe = load_recipe(
+        path,
+        [
+            "grpo.max_steps=7",
+            "rewards.1.weight=2",
+            "lora.enabled=false",
+            "task.params.max_value=20",
+            "output.name=mine",
+        ],
+    )
+    assert recipe.grpo["max_steps"] == 7
+    assert recipe.rewards[1].weight == 2.0
+    assert recipe.lora.enabled is False
+    assert recipe.task.params == {"max_value": 20}
+    assert recipe.output.name == "mine"
+    for bad in ["grpo.max_steps", "=3", "rewards.5.weight=1"]:
+        with pytest.raises(RecipeError):
+            load_recipe(path, [bad])
+
+
+def test_override_of_unknown_key_fails(tmp_path):
+    path = write(tmp_path, "rewards: [{name: format}]\ngrpo: {bf16: false}\n")
+    with pytest.raises(RecipeError, match="unknown key 'eval.samplez'"):
+        load_recipe(path, ["eval.samplez=3"])
+
+
+def test_apply_override_parses_yaml_values():
+    raw: dict = {}
+    apply_override(raw, "grpo.temperature=0.7")
+    apply_override(raw, "lora.target_modules=[q_proj, v_proj]")
+    assert raw == {"grpo": {"temperature": 0.7}, "lora": {"target_modules": ["q_proj", "v_proj"]}}
+
+
+def test_resolved_recipe_round_trips(tmp_path):
+    import yaml
+
+    recipe = load_recipe(RECIPES[0])
+    again = build_recipe(yaml.safe_load(yaml.safe_dump(recipe.to_dict())))
+    assert again.to_dict() == recipe.to_dict()

@@ -1,0 +1,43 @@
+"""The real embedded model: GGUF found in the installed package, converted once, trainable. Slow."""
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_embedded_model_converts_loads_and_trains_two_steps(tmp_path):
+    import json
+
+    import torch
+
+    from grpokit import train
+    from grpokit.config import load_recipe
+    from grpokit.models import embedded_model_dir, load_model
+
+    folder = embedded_model_dir()  # converted into the user cache once; later runs reuse it
+    assert (folder / "model.safetensors").is_file() and (folder / "chat_template.jinja").is_file()
+    model, tokenizer = load_model("embedded")
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert model.dtype == torch.float32 and not getattr(model, "is_quantized", False)
+    assert tokenizer.eos_token == "<|im_end|>"
+
+    # The default recipe, shrunk: 2 cold-start steps, 2 GRPO steps, a 16-problem eval.
+    recipe = load_recipe(
+        "recipes/smollm2/arithmetic_grpo.yaml",
+        [
+            f"output.dir={tmp_path}",
+            "cold_start.steps=2",
+            "cold_start.examples=32",
+            "cold_start.batch_size=8",
+            "grpo.max_steps=2",
+            "grpo.per_device_train_batch_size=8",
+            "grpo.num_generations=4",
+            "grpo.max_completion_length=24",
+            "eval.n=16",
+            "eval.max_new_tokens=24",
+        ],
+    )
+    run_dir = train.main(recipe)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["evals"]["before"]["format_rate"] == 0.0  # it never writes the tags on its own
+    assert (run_dir / "adapter" / "adapter_model.safetensors").is_file()

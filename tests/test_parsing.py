@@ -1,0 +1,78 @@
+import pytest
+
+from grpokit.parsing import (
+    MAX_COMPLETION_CHARS,
+    extract_answer,
+    extract_think,
+    is_strict_format,
+    normalize_completion,
+    parse_completion,
+)
+
+GOOD = "<think>2 * 3 = 6. 1 + 6 = 7.</think><answer>7</answer>"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD, "7"),
+        ("<think>x</think>\n<answer> 7 </answer>\n", "7"),
+        ("<answer>7</answer>", "7"),  # no thought: still an answer, just not strict format
+        ("<think>the answer is <answer>7</answer></think>", None),  # inside <think> does not count
+        ("<think>never closed <answer>7</answer>", None),  # unclosed thought swallows the rest
+        ("<think>a</think><answer>3</answer><answer>7</answer>", "7"),  # last block wins
+        ("<think>a</think><answer></answer>", ""),
+        ("no tags at all: 7", None),
+        ("<answer>7", None),  # unclosed answer
+        ("", None),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_extract_answer_first_policy():
+    assert extract_answer("<answer>3</answer><answer>7</answer>", which="first") == "3"
+
+
+@pytest.mark.parametrize(
+    ("text", "strict"),
+    [
+        (GOOD, True),
+        ("  \n" + GOOD + "\n", True),  # surrounding whitespace is fine
+        ("<think>a</think>\n\n<answer>7</answer>", True),
+        ("Sure! " + GOOD, False),  # text before
+        (GOOD + " Hope this helps", False),  # text after
+        ("<think>a</think><answer> </answer>", False),  # empty answer
+        ("<think>a</think><answer>7</answer><answer>7</answer>", False),  # several answers
+        ("<think><think>a</think><answer>7</answer>", False),  # repeated tag
+        ("<answer>7</answer><think>a</think>", False),  # wrong order
+        ("<think>a<answer>7</answer></think>", False),  # answer inside thought
+        ("<think>a</think>", False),
+        ("", False),
+    ],
+)
+def test_strict_format(text, strict):
+    assert is_strict_format(text) is strict
+
+
+def test_prefilled_think_is_restored():
+    completion = "2 * 3 = 6.</think><answer>6</answer>"  # the template wrote "<think>" in the prompt
+    assert not is_strict_format(completion)
+    assert is_strict_format(normalize_completion(completion, think_prefilled=True))
+    # A completion that repeats the tag anyway is left alone.
+    assert normalize_completion(GOOD, think_prefilled=True) == GOOD
+    assert normalize_completion(completion, think_prefilled=False) == completion
+
+
+def test_huge_completion_is_bounded():
+    huge = "<think>" + "9" * 1_000_000 + "</think><answer>7</answer>"
+    assert len(normalize_completion(huge)) == MAX_COMPLETION_CHARS
+    assert extract_answer(huge) is None  # the answer lies past the bound: not read
+    assert not is_strict_format(huge)
+
+
+def test_parse_completion_fields():
+    parsed = parse_completion(GOOD)
+    assert (parsed.think, parsed.answer, parsed.strict) == ("2 * 3 = 6. 1 + 6 = 7.", "7", True)
+    assert extract_think("no thought") is None
