@@ -37,10 +37,13 @@ log = logging.getLogger(__name__)
 
 def main(recipe: Recipe) -> Path:
     import transformers
-    from trl import GRPOTrainer
+
+    from grpokit.trainer import GrpoTrainer
 
     run_dir = make_run_dir(recipe)
-    log_file = attach_log_file(run_dir / "train.log")
+    root = logging.getLogger()
+    log_file, previous_level = attach_log_file(run_dir / "train.log"), root.level
+    root.setLevel(min(previous_level, logging.INFO))  # train.log keeps INFO even when the caller set less
     try:
         (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
         log.info("run directory: %s", run_dir)
@@ -64,13 +67,14 @@ def main(recipe: Recipe) -> Path:
             t0 = time.perf_counter()
             metrics.stage = "cold_start"
             model = cold_start.run(model, tokenizer, task, recipe, run_dir / "cold_start", [metrics.callback()])
+            save_model(model, tokenizer, run_dir / "cold_start", recipe)
             stages["cold_start"] = time.perf_counter() - t0
             results["cold_start"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "cold_start")
 
         rewards = [to_trl(spec.name, make_reward(spec.name, task, spec.params), prefilled) for spec in recipe.rewards]
         args = build_grpo_config(recipe, run_dir / "grpo")
         metrics.stage = "grpo"
-        trainer = GRPOTrainer(
+        trainer = GrpoTrainer(
             model=model,
             reward_funcs=rewards,
             args=args,
@@ -91,7 +95,8 @@ def main(recipe: Recipe) -> Path:
         log.info("\n%s", format_table(results, stages))
         return run_dir
     finally:
-        logging.getLogger().removeHandler(log_file)
+        root.removeHandler(log_file)
+        root.setLevel(previous_level)
         log_file.close()
 
 
