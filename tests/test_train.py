@@ -75,6 +75,8 @@ def test_run_directory_holds_what_it_promises(tiny_model_dir, tmp_path, length_r
         "eval_after.json",
         "summary.json",
         "adapter/adapter_config.json",
+        "cold_start/adapter/adapter_config.json",
+        "curves.png",
     ]:
         assert (run_dir / name).is_file(), name
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -97,3 +99,18 @@ def test_runs_never_overwrite_each_other(tmp_path, tiny_model_dir):
     recipe = build_recipe(tiny_recipe(tiny_model_dir, tmp_path))
     first, second = train.make_run_dir(recipe), train.make_run_dir(recipe)
     assert first != second and first.is_dir() and second.is_dir()
+
+
+def test_eval_command_reads_a_run_directory(tiny_model_dir, tmp_path, capsys):
+    import yaml
+
+    from grpokit import train
+    from grpokit.cli import main
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path)
+    run_dir = train.main(build_recipe(raw))
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(yaml.safe_dump(raw))
+    assert main(["eval", str(recipe_path), "--model", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "eval/accuracy" in out and "eval/format_rate" in out

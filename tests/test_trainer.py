@@ -15,8 +15,12 @@ def test_keep_mask_keeps_informative_rows_and_at_least_one():
 
 
 def test_select_rows_filters_per_row_values_only():
-    batch = {"advantages": torch.tensor([0.0, 1.0, -1.0]), "completion_ids": torch.arange(6).view(3, 2),
-             "num_items_in_batch": torch.tensor(42), "names": ["a", "b", "c"]}
+    batch = {
+        "advantages": torch.tensor([0.0, 1.0, -1.0]),
+        "completion_ids": torch.arange(6).view(3, 2),
+        "num_items_in_batch": torch.tensor(42),
+        "names": ["a", "b", "c"],
+    }
     out = _select_rows(batch, keep_mask(batch))
     assert out["completion_ids"].tolist() == [[2, 3], [4, 5]]
     assert out["names"] == ["b", "c"]
@@ -25,8 +29,13 @@ def test_select_rows_filters_per_row_values_only():
 
 @pytest.mark.parametrize(
     ("grpo", "exact"),
-    [({}, True), ({"beta": 0.04}, False), ({"loss_type": "grpo"}, False), ({"loss_type": "cispo"}, True),
-     ({"steps_per_generation": 2}, False)],
+    [
+        ({}, True),
+        ({"beta": 0.04}, False),
+        ({"loss_type": "grpo"}, False),
+        ({"loss_type": "cispo"}, True),
+        ({"steps_per_generation": 2}, False),
+    ],
 )
 def test_skipping_only_where_it_is_exact(tiny_model_dir, tmp_path, grpo, exact):
     raw = tiny_recipe(tiny_model_dir, tmp_path)
@@ -56,9 +65,14 @@ def _train(tiny_model_dir, tmp_path, skip: bool) -> dict[str, torch.Tensor]:
     model, tokenizer = load_model(recipe.model.name)
     model = train.attach_lora(model, recipe)
     data = train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe)
-    trainer = GrpoTrainer(model=model, reward_funcs=[half_uniform], processing_class=tokenizer,
-                          args=build_grpo_config(recipe, tmp_path / f"g{skip}"), train_dataset=data,
-                          skip_zero_advantage=skip)
+    trainer = GrpoTrainer(
+        model=model,
+        reward_funcs=[half_uniform],
+        processing_class=tokenizer,
+        args=build_grpo_config(recipe, tmp_path / f"g{skip}"),
+        train_dataset=data,
+        skip_zero_advantage=skip,
+    )
     trainer.train()
     logged = [row for row in trainer.state.log_history if "rows_trained_frac" in row]
     if skip:

@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("overrides", nargs="*")
     ev.add_argument("--model", help="model folder, hub id or run directory (default: the recipe's model)")
 
+    rep = sub.add_parser("report", help="draw a run's curves and before/after numbers (curves.png)")
+    rep.add_argument("run_dir")
+
     sub.add_parser("tasks", help="list registered tasks and their parameters")
     sub.add_parser("rewards", help="list registered rewards")
 
@@ -56,6 +59,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from grpokit import report
+
+    print(report.main(args.run_dir))
+    return 0
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from grpokit.tasks import TASKS
 
@@ -83,7 +93,7 @@ def _default(f: dataclasses.Field) -> object:
     return "?"
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "tasks": cmd_tasks, "rewards": cmd_rewards}
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "report": cmd_report, "tasks": cmd_tasks, "rewards": cmd_rewards}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,6 +10,7 @@ Run directory (one per run, never overwritten):
     eval_after.json        ... after GRPO
     adapter/ or model/     the trained LoRA adapter (or full model) and tokenizer
     summary.json           the before/after numbers and timings
+    curves.png             rewards over GRPO steps and the before/after bars
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from grpokit import cold_start
+from grpokit import cold_start, report
 from grpokit.config import Recipe, build_grpo_config
 from grpokit.evaluate import EvalResult, evaluate
 from grpokit.models import load_model
@@ -93,6 +94,7 @@ def main(recipe: Recipe) -> Path:
         stages["total"] = time.perf_counter() - started
         write_summary(run_dir, results, stages)
         log.info("\n%s", format_table(results, stages))
+        log.info("curves: %s", report.main(run_dir))
         return run_dir
     finally:
         root.removeHandler(log_file)

@@ -27,8 +27,11 @@ class GrpoTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args)
         if skip_zero_advantage and not self.skip_zero_advantage:
-            log.info("training on every completion: skipping zero-advantage rows is exact only with beta=0, "
-                     "no entropy bonus and loss_type in %s", _TOKEN_NORMALISED_LOSSES)
+            log.info(
+                "training on every completion: skipping zero-advantage rows is exact only with beta=0, "
+                "no entropy bonus and loss_type in %s",
+                _TOKEN_NORMALISED_LOSSES,
+            )
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         batch = super()._generate_and_score_completions(inputs)

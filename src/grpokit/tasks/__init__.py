@@ -48,4 +48,4 @@ def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
 
 
 # Built-in tasks register themselves on import.
-from grpokit.tasks import arithmetic  # noqa: E402, F401
+from grpokit.tasks import arithmetic, countdown  # noqa: E402, F401

@@ -1,0 +1,137 @@
+"""Countdown, as in the Mini-R1 run: reach the target with an equation using each given number once.
+
+>>> task = CountdownTask(CountdownConfig())
+>>> row = CountdownTask.make_row([25, 5, 75, 2], 20)
+>>> task.score("<think>50 / 5 = 10, 10 * 2 = 20</think><answer>(75 - 25) / 5 * 2</answer>", row)
+1.0
+>>> task.score("<think>...</think><answer>(75 - 25) / 5 * 2 * 2 / 2</answer>", row)  # 2 used twice
+0.0
+
+Instances are generated solvable, like the public Countdown-Tasks-3to4 data (3-4 numbers in 1..99,
+target 1..100); `load_rows` reads that data set's schema (`nums`, `target`) from a hub id or file.
+The answer is parsed by `grpokit.expressions` (an AST whitelist, exact division), never `eval`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from grpokit.expressions import evaluate_expression
+from grpokit.parsing import extract_answer
+from grpokit.tasks import register_task
+from grpokit.tasks.base import Example, Task, split_of
+
+_OPS = ("+", "-", "*", "/")
+_MAX_DRAWS = 2000
+
+
+@dataclass
+class CountdownConfig:
+    min_numbers: int = 3
+    max_numbers: int = 4
+    min_value: int = 1
+    max_value: int = 99
+    min_target: int = 1
+    max_target: int = 100
+    eval_fraction: float = 0.1
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not 2 <= self.min_numbers <= self.max_numbers <= 6:
+            raise ValueError(f"numbers {self.min_numbers}..{self.max_numbers}; use 2 <= min <= max <= 6")
+        if not 1 <= self.min_value <= self.max_value <= 10_000:
+            raise ValueError(f"values {self.min_value}..{self.max_value}; use 1 <= min <= max <= 10000")
+        if not 1 <= self.min_target <= self.max_target:
+            raise ValueError(f"targets {self.min_target}..{self.max_target}; use 1 <= min <= max")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+
+
+@register_task
+class CountdownTask(Task):
+    name = "countdown"
+    config_class = CountdownConfig
+
+    def example(self, split: str, index: int) -> Example:
+        cfg = self.config
+        rng = random.Random(f"{cfg.seed}:{split}:{index}")
+        for _ in range(_MAX_DRAWS):
+            nums = [
+                rng.randint(cfg.min_value, cfg.max_value) for _ in range(rng.randint(cfg.min_numbers, cfg.max_numbers))
+            ]
+            solution = _random_solution(nums, rng)
+            if solution is None:
+                continue
+            expression, value = solution
+            if value.denominator != 1 or not cfg.min_target <= value <= cfg.max_target:
+                continue
+            if split_of(f"{sorted(nums)}->{value}", cfg.eval_fraction) == split:
+                return self.make_row(nums, int(value), expression)
+        raise ValueError(f"no solvable {split} countdown instance in {_MAX_DRAWS} draws for {cfg}; widen the ranges")
+
+    @staticmethod
+    def make_row(nums: list[int], target: int, solution: str | None = None) -> Example:
+        question = (
+            f"Using the numbers {nums}, create an equation that equals {target}. Use + - * / and each "
+            "number exactly once. Write only the equation inside <answer> </answer>, e.g. <answer>(1 + 2) / 3</answer>."
+        )
+        return {
+            "question": question,
+            "nums": list(nums),
+            "target": target,
+            "answer": target,
+            "solution": solution or "",
+        }
+
+    def score(self, completion: str, example: Example) -> float:
+        answer = extract_answer(completion)
+        if answer is None:
+            return 0.0
+        # "= 20" at the end is a common, harmless habit; anything else must be the bare expression.
+        expression = (
+            answer.split("=")[0]
+            if answer.count("=") == 1 and answer.rstrip().endswith(str(example["target"]))
+            else answer
+        )
+        evaluated = evaluate_expression(expression)
+        if evaluated is None:
+            return 0.0
+        if Counter(evaluated.numbers) != Counter(int(n) for n in example["nums"]):
+            return 0.0
+        return 1.0 if evaluated.value == Fraction(int(example["target"])) else 0.0
+
+    def demonstration(self, example: Example) -> str | None:
+        if not example.get("solution"):
+            return None
+        return f"<think>{example['solution']} = {example['target']}</think><answer>{example['solution']}</answer>"
+
+
+def load_rows(rows: list[dict[str, Any]]) -> list[Example]:
+    """Rows in the Countdown-Tasks-3to4 schema (`nums`, `target`) as task examples."""
+    out = []
+    for i, row in enumerate(rows):
+        if "nums" not in row or "target" not in row:
+            raise ValueError(f"countdown row {i} lacks 'nums' or 'target' (has {sorted(row)})")
+        out.append(CountdownTask.make_row([int(n) for n in row["nums"]], int(row["target"])))
+    return out
+
+
+def _random_solution(nums: list[int], rng: random.Random) -> tuple[str, Fraction] | None:
+    """Combine the numbers in a random order with random operators; exact division only."""
+    items: list[tuple[str, Fraction]] = [(str(n), Fraction(n)) for n in nums]
+    rng.shuffle(items)
+    while len(items) > 1:
+        i, j = rng.sample(range(len(items)), 2)
+        (a_text, a), (b_text, b) = items[i], items[j]
+        op = rng.choice(_OPS)
+        if op == "/" and (b == 0 or (a / b).denominator != 1):
+            return None
+        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op]
+        combined = (f"({a_text} {op} {b_text})", value)
+        items = [x for k, x in enumerate(items) if k not in (i, j)] + [combined]
+    text, value = items[0]
+    return (text[1:-1] if text.startswith("(") else text), value

@@ -1,0 +1,75 @@
+from collections import Counter
+
+import pytest
+
+from grpokit.config import RecipeError
+from grpokit.expressions import evaluate_expression
+from grpokit.parsing import extract_answer
+from grpokit.tasks import build_task
+from grpokit.tasks.countdown import load_rows
+
+
+@pytest.fixture(scope="module")
+def task():
+    return build_task("countdown")
+
+
+def test_generated_instances_are_solvable_and_in_range(task):
+    for row in task.dataset("train", 200, distinct=False):
+        assert 3 <= len(row["nums"]) <= 4 and all(1 <= n <= 99 for n in row["nums"])
+        assert 1 <= row["target"] <= 100
+        solved = evaluate_expression(row["solution"])
+        assert solved is not None and solved.value == row["target"]
+        assert Counter(solved.numbers) == Counter(row["nums"])
+        assert task.score(task.demonstration(row), row) == 1.0
+
+
+def test_deterministic_and_split_apart(task):
+    assert task.example("train", 5) == build_task("countdown").example("train", 5)
+    train = {(tuple(sorted(r["nums"])), r["target"]) for r in task.dataset("train", 500, distinct=False)}
+    held_out = {(tuple(sorted(r["nums"])), r["target"]) for r in task.dataset("eval", 100)}
+    assert not train & held_out
+
+
+ROW = {"nums": [25, 5, 75, 2], "target": 20, "question": "q"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "score"),
+    [
+        ("(75 - 25) / 5 * 2", 1.0),
+        ("2 * (75 - 25) / 5", 1.0),
+        ("(75 - 25) / 5 * 2 = 20", 1.0),  # a trailing "= target" is tolerated
+        ("(75 - 25) / 5 * 2 = 21", 0.0),
+        ("75 - 25 - 5 * 2", 0.0),  # wrong value
+        ("(75 - 25) / 5 * 2 + 0", 0.0),  # a number that was not given
+        ("(75 - 25) / 5", 0.0),  # a number left unused
+        ("(75 - 25) / 5 * 2 * 5 / 5", 0.0),  # numbers reused
+        ("20", 0.0),  # the target echoed as the "equation"
+        ("75 / 2 + 25 / 5 - 2", 0.0),
+        ("__import__('os').system('touch pwned.txt')", 0.0),
+        ("75**50**25**2", 0.0),
+        ("(７５ - ２５) / ５ * ２", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_score(task, answer, score):
+    assert task.score(f"<think>working</think><answer>{answer}</answer>", ROW) == score
+
+
+def test_answer_inside_think_does_not_count(task):
+    assert task.score("<think><answer>(75 - 25) / 5 * 2</answer></think>", ROW) == 0.0
+    assert extract_answer("<think>x</think><answer>(75 - 25) / 5 * 2</answer>") is not None
+
+
+def test_loads_the_countdown_tasks_schema(task):
+    rows = load_rows([{"nums": [44, 19, 35], "target": 98}, {"nums": ["3", "7"], "target": "21"}])
+    assert rows[0]["target"] == 98 and rows[1]["nums"] == [3, 7]
+    assert task.score("<think>x</think><answer>44 + 19 + 35</answer>", rows[0]) == 1.0
+    with pytest.raises(ValueError, match="row 0 lacks 'nums'"):
+        load_rows([{"numbers": [1], "target": 1}])
+
+
+def test_bad_config(task):
+    with pytest.raises(RecipeError, match="task.params"):
+        build_task("countdown", {"min_numbers": 5, "max_numbers": 3})
