@@ -142,7 +142,13 @@ def main(recipe: Any, model_name: str | None = None) -> EvalResult:
     else:
         model, tokenizer = load_model(name, recipe.model.dtype, recipe.model.revision)
     task = build_task(recipe.task.name, recipe.task.params)
-    examples = task.dataset("eval", recipe.eval.n)
+    return evaluate_recipe(model, tokenizer, task, task.dataset("eval", recipe.eval.n), recipe)
+
+
+def evaluate_recipe(
+    model: Any, tokenizer: Any, task: Task, examples: list[Example], recipe: Any, label: str = "eval"
+) -> EvalResult:
+    """`evaluate` with the recipe's eval settings and system prompt."""
     return evaluate(
         model,
         tokenizer,
@@ -152,4 +158,5 @@ def main(recipe: Any, model_name: str | None = None) -> EvalResult:
         batch_size=recipe.eval.batch_size,
         samples=recipe.eval.samples,
         system_prompt=recipe.task.system_prompt,
+        label=label,
     )

@@ -27,7 +27,7 @@ import yaml
 
 from grpokit import cold_start, report
 from grpokit.config import Recipe, build_grpo_config
-from grpokit.evaluate import EvalResult, evaluate
+from grpokit.evaluate import EvalResult, evaluate_recipe
 from grpokit.models import load_model
 from grpokit.rewards import make_reward, to_trl
 from grpokit.tasks import build_task
@@ -156,17 +156,7 @@ def attach_lora(model: Any, recipe: Recipe) -> Any:
 def run_eval(
     model: Any, tokenizer: Any, task: Any, eval_set: list, recipe: Recipe, run_dir: Path, label: str
 ) -> EvalResult:
-    result = evaluate(
-        model,
-        tokenizer,
-        task,
-        eval_set,
-        max_new_tokens=recipe.eval.max_new_tokens,
-        batch_size=recipe.eval.batch_size,
-        samples=recipe.eval.samples,
-        system_prompt=recipe.task.system_prompt,
-        label=f"eval {label}",
-    )
+    result = evaluate_recipe(model, tokenizer, task, eval_set, recipe, label=f"eval {label}")
     result.save(run_dir / f"eval_{label}.json")
     log.info(
         "eval %s: accuracy %.1f%%, format %.1f%% on %d held-out problems (%.0f s)",

@@ -7,11 +7,11 @@ factory `make(task, **params) -> reward`, so parameterised rewards take their se
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from grpokit.parsing import normalize_completion
+from grpokit.registry import lookup
 from grpokit.tasks.base import Task
 
 Reward = Callable[[str, dict[str, Any]], float]
@@ -31,17 +31,7 @@ def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
 
 
 def get_reward_factory(name: str) -> RewardFactory:
-    from grpokit.config import RecipeError
-
-    if name in REWARDS:
-        return REWARDS[name]
-    if "." in name:  # escape hatch: "my_package.rewards.make_my_reward"
-        module, _, attr = name.rpartition(".")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as err:
-            raise RecipeError(f"cannot import reward {name!r}: {err}") from err
-    raise RecipeError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))} (or a dotted import path)")
+    return lookup(REWARDS, name, "reward")
 
 
 def make_reward(name: str, task: Task, params: dict[str, Any] | None = None) -> Reward:

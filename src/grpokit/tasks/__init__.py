@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any
 
+from grpokit.registry import lookup
 from grpokit.tasks.base import Task
 
 TASKS: dict[str, type[Task]] = {}
@@ -19,17 +19,7 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 
 def get_task_class(name: str) -> type[Task]:
-    from grpokit.config import RecipeError
-
-    if name in TASKS:
-        return TASKS[name]
-    if "." in name:  # escape hatch for user code: "my_package.my_module.MyTask"
-        module, _, attr = name.rpartition(".")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as err:
-            raise RecipeError(f"cannot import task {name!r}: {err}") from err
-    raise RecipeError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))} (or a dotted import path)")
+    return lookup(TASKS, name, "task")
 
 
 def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
