@@ -37,3 +37,30 @@ def test_partial_never_exceeds_strict_ceiling():
     reward = make_reward("format_partial", task=None)
     for text in ["<think>", "</think>" * 3, GOOD * 2, "<answer>" * 100]:
         assert 0.0 <= reward(text, {}) <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("completion", "lenient", "tag_count"),
+    [
+        (GOOD, 1.0, 1.0),
+        ("Sure! " + GOOD + " Done.", 1.0, 1.0 - 0.001 * len("Done.")),
+        (GOOD + "!" * 100, 1.0, 0.9),
+        (GOOD + "x" * 5000, 1.0, 0.0),  # a long tail after the answer costs everything, never below 0
+        ("<think>a</think><answer></answer>", 0.0, 0.5),
+        ("<think>a <answer>1</answer></think>", 0.0, 0.492),  # answer inside the thought; 8 chars trail it
+        ("<answer>1</answer>", 0.0, 0.5),
+        ("<think>a</think>", 0.0, 0.5),
+        ("<think><think>a</think></think><answer>1</answer>", 1.0, 0.5),
+        ("", 0.0, 0.0),
+    ],
+)
+def test_lenient_format_and_tag_count(completion, lenient, tag_count):
+    assert make_reward("format_lenient", task=None)(completion, {}) == lenient
+    assert make_reward("tag_count", task=None)(completion, {}) == pytest.approx(tag_count)
+
+
+def test_tag_count_rejects_a_negative_penalty():
+    from grpokit.config import RecipeError
+
+    with pytest.raises((ValueError, RecipeError)):
+        make_reward("tag_count", None, {"trailing_penalty": -1})

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from grpokit.parsing import ANSWER_CLOSE, ANSWER_OPEN, TAGS, extract_answer, is_strict_format, tag_counts
+from grpokit.parsing import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    MAX_COMPLETION_CHARS,
+    TAGS,
+    extract_answer,
+    extract_think,
+    is_strict_format,
+    tag_counts,
+)
 from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.base import Task
 
@@ -21,21 +30,50 @@ def make_format(task: Task) -> Reward:
     return format_reward
 
 
-@register_reward("format_partial")
-def make_format_partial(task: Task) -> Reward:
-    """0.25 for each of the four tags that appears exactly once; a repeated tag or an empty answer earns nothing.
+@register_reward("format_lenient")
+def make_format_lenient(task: Task) -> Reward:
+    """1.0 when a thought is followed by a non-empty answer outside it, whatever text surrounds them.
 
-    A ladder towards the strict format: `<think>x</think>` alone scores 0.5. Tag spam cannot farm it.
-
-    >>> make_format_partial(None)("<think>x</think> 6", {})
-    0.5
+    >>> make_format_lenient(None)("Sure! <think>x</think> <answer>6</answer> Done.", {})
+    1.0
     """
 
-    def format_partial_reward(completion: str, example: dict) -> float:
+    def format_lenient_reward(completion: str, example: dict) -> float:
+        return 1.0 if extract_think(completion) is not None and extract_answer(completion) else 0.0
+
+    return format_lenient_reward
+
+
+@register_reward("tag_count")
+def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
+    """0.25 per tag that appears exactly once, less `trailing_penalty` per character after `</answer>`.
+
+    A repeated tag or an empty answer earns nothing, so tag spam cannot farm it; the result stays in [0, 1].
+
+    >>> make_tag_count(None)("<think>x</think><answer>6</answer>" + "!" * 100, {})
+    0.9
+    """
+    if trailing_penalty < 0:
+        raise ValueError(f"trailing_penalty={trailing_penalty}; it must be >= 0")
+
+    def tag_count_reward(completion: str, example: dict) -> float:
         counts = tag_counts(completion)
         score = sum(0.25 for tag in TAGS if counts[tag] == 1)
         if counts[ANSWER_OPEN] == 1 and not extract_answer(completion):  # `<answer></answer>` says nothing
             score -= 0.25 * (counts[ANSWER_CLOSE] == 1) + 0.25
-        return max(score, 0.0)
+        if counts[ANSWER_CLOSE] >= 1:
+            trailing = completion[:MAX_COMPLETION_CHARS].rsplit(ANSWER_CLOSE, 1)[1].strip()
+            score -= trailing_penalty * len(trailing)
+        return float(min(max(score, 0.0), 1.0))
 
-    return format_partial_reward
+    return tag_count_reward
+
+
+@register_reward("format_partial")
+def make_format_partial(task: Task) -> Reward:
+    """Partial credit while the format is being learned: `tag_count` without the trailing-text penalty.
+
+    >>> make_format_partial(None)("<think>x</think> 6", {})
+    0.5
+    """
+    return make_tag_count(task, trailing_penalty=0.0)
