@@ -27,7 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("run_dir")
 
     sub.add_parser("tasks", help="list registered tasks and their parameters")
-    sub.add_parser("rewards", help="list registered rewards")
+    rw = sub.add_parser("rewards", help="list registered rewards, or red-team a recipe's: rewards check RECIPE")
+    rw.add_argument("action", nargs="?", choices=["list", "check"], default="list")
+    rw.add_argument("recipe", nargs="?")
+    rw.add_argument("--n", type=int, default=8, help="held-out problems to build the battery from")
 
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -78,6 +81,21 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def cmd_rewards(args: argparse.Namespace) -> int:
     from grpokit.rewards import REWARDS
+
+    if args.action == "check":
+        if not args.recipe:
+            raise RecipeError("usage: grpokit rewards check RECIPE.yaml")
+        from grpokit import redteam
+
+        findings = redteam.main(load_recipe(args.recipe), args.n)
+        for finding in findings:
+            print(finding)
+        print(
+            f"{len(findings)} finding(s): degenerate completions that the rewards pay for"
+            if findings
+            else "no findings: no degenerate completion beat an honest wrong answer"
+        )
+        return 1 if findings else 0
 
     for name, factory in sorted(REWARDS.items()):
         doc = (factory.__doc__ or "").strip().splitlines()[0]

@@ -86,6 +86,14 @@ class ArithmeticTask(Task):
             return 0.0
         return 1.0 if int(answer) == int(example["answer"]) else 0.0
 
+    def adversarial(self, example: Example) -> list[tuple[str, str]]:
+        answer = example["answer"]
+        return [
+            ("the expression instead of its value", f"<think>x</think><answer>{example['expression']}</answer>"),
+            ("a decorated number", f"<think>x</think><answer>= {answer}</answer>"),
+            ("a float", f"<think>x</think><answer>{answer}.0</answer>"),
+        ]
+
     def demonstration(self, example: Example) -> str:
         return f"<think>{' '.join(example['steps'])}</think><answer>{example['answer']}</answer>"
 

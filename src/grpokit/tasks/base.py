@@ -42,6 +42,10 @@ class Task:
         """A worked completion in the target format, for the cold-start stage; None if unavailable."""
         return None
 
+    def adversarial(self, example: Example) -> list[tuple[str, str]]:
+        """Task-specific (name, completion) tricks that must score 0, for `grpokit rewards check`."""
+        return []
+
     def dataset(self, split: str, n: int, distinct: bool = True) -> list[Example]:
         """The first `n` problems of a split (distinct ones by default), in a fixed order."""
         if not distinct:

@@ -104,6 +104,18 @@ class CountdownTask(Task):
             return 0.0
         return 1.0 if evaluated.value == Fraction(int(example["target"])) else 0.0
 
+    def adversarial(self, example: Example) -> list[tuple[str, str]]:
+        target, first = example["target"], example["nums"][0]
+        solution = example.get("solution") or " + ".join(str(n) for n in example["nums"])
+        return [
+            ("the target echoed as the equation", f"<think>x</think><answer>{target}</answer>"),
+            ("the target echoed after '='", f"<think>x</think><answer>{target} = {target}</answer>"),
+            ("a number used twice", f"<think>x</think><answer>{solution} + {first} - {first}</answer>"),
+            ("an unlisted number", f"<think>x</think><answer>{solution} + 0</answer>"),
+            ("a number left out", f"<think>x</think><answer>{target} * 1</answer>"),
+            ("a huge power", f"<think>x</think><answer>{first}**{first}**{first}</answer>"),
+        ]
+
     def demonstration(self, example: Example) -> str | None:
         if not example.get("solution"):
             return None

@@ -1,0 +1,60 @@
+from pathlib import Path
+
+import pytest
+
+from grpokit.cli import main
+from grpokit.redteam import check
+from grpokit.rewards import make_reward
+from grpokit.tasks import build_task
+
+SAFE_REWARDS = ["format", "format_lenient", "format_partial", "tag_count", "correctness"]
+
+
+@pytest.mark.parametrize("task_name", ["arithmetic", "countdown"])
+def test_shipped_format_and_correctness_rewards_pay_nothing_for_degenerate_answers(task_name):
+    task = build_task(task_name)
+    rewards = [(name, 1.0, make_reward(name, task)) for name in SAFE_REWARDS]
+    findings = check(task, rewards, task.dataset("eval", 5))
+    assert findings == [], "\n".join(map(str, findings))
+
+
+def test_a_naive_reward_is_caught():
+    task = build_task("arithmetic")
+
+    def substring(completion, example):  # the classic mistake: "the right number appears somewhere"
+        return 1.0 if str(example["answer"]) in completion else 0.0
+
+    findings = check(task, [("substring", 1.0, substring)], task.dataset("eval", 2))
+    cases = {f.case for f in findings}
+    assert {"no answer block", "answer only inside <think>", "prose, no tags"} <= cases
+
+
+def test_raising_and_non_finite_rewards_are_caught():
+    task = build_task("arithmetic")
+
+    def broken(completion, example):
+        if "__import__" in completion:
+            raise RuntimeError("boom")
+        return float("inf") if "9**9" in completion else 0.0
+
+    problems = {f.problem for f in check(task, [("broken", 1.0, broken)], task.dataset("eval", 1))}
+    assert any("raised RuntimeError: boom" in p for p in problems)
+    assert any("returned inf" in p for p in problems)
+
+
+def test_length_reward_paying_for_padding_is_reported():
+    """Cosine length pays a long wrong answer more than a short one: the check says so."""
+    task = build_task("arithmetic")
+    rewards = [
+        ("correctness", 1.0, make_reward("correctness", task)),
+        ("length_cosine", 1.0, make_reward("length_cosine", task, {"max_chars": 1000})),
+    ]
+    findings = check(task, rewards, task.dataset("eval", 1))
+    assert any(f.case == "100 KB completion" for f in findings)
+
+
+def test_cli_check(capsys):
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / "arithmetic_grpo.yaml"
+    assert main(["rewards", "check", str(recipe), "--n", "3"]) == 0
+    assert "no findings" in capsys.readouterr().out
+    assert main(["rewards", "check"]) == 2
