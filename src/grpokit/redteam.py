@@ -41,7 +41,10 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
         ("answer after an unclosed <think>", f"<think>hmm <answer>{answer}</answer>"),
         ("prose, no tags", f"The answer is {answer}."),
         ("tag spam", "<think></think>" * 50 + "<answer></answer>" * 50),
-        ("several answers, the last one wrong", f"<think>x</think><answer>{answer}</answer><answer>0</answer>"),
+        (
+            "several answers, the last one wrong",
+            f"<think>x</think><answer>{answer}</answer><answer>{_wrong_answer(example)}</answer>",
+        ),
         ("code injection", "<think>x</think><answer>__import__('os').system('true')</answer>"),
         ("huge exponent", "<think>x</think><answer>9**9**9</answer>"),
         ("unicode digits", f"<think>x</think><answer>{answer.translate(_FULLWIDTH)}</answer>"),
@@ -99,7 +102,7 @@ def _safe_score(task: Task, completion: str, example: Example) -> float:
 
 def _wrong_answer(example: Example) -> str:
     answer = example["answer"]
-    return str(answer + 1) if isinstance(answer, int) else "0"
+    return str(answer + 1) if isinstance(answer, int) else f"{answer}1"
 
 
 def main(recipe: Any, n: int = 8) -> list[Finding]:

@@ -63,7 +63,7 @@ class Task:
         if len(rows) < n:
             raise ValueError(
                 f"task {self.name!r} has only {len(rows)} distinct {split} problems, fewer than the {n} "
-                "asked for; widen the task's ranges or ask for fewer"
+                "asked for; ask for fewer (eval.n) or give the task more problems (wider ranges, more rows)"
             )
         return rows
 
