@@ -4,7 +4,9 @@ import pytest
 
 from grpokit.config import RecipeError, apply_override, build_recipe, load_recipe
 
-RECIPES = sorted(Path(__file__).resolve().parents[1].joinpath("recipes").rglob("*.yaml"))
+ALL_YAML = sorted(Path(__file__).resolve().parents[1].joinpath("recipes").rglob("*.yaml"))
+LAUNCH_CONFIGS = [p for p in ALL_YAML if p.name.startswith("accelerate")]  # accelerate/DeepSpeed, not recipes
+RECIPES = [p for p in ALL_YAML if p not in LAUNCH_CONFIGS]
 MINIMAL = {
     "rewards": [{"name": "format"}, {"name": "correctness"}],
     "grpo": {"num_generations": 4, "per_device_train_batch_size": 8, "bf16": False},
@@ -24,6 +26,14 @@ def test_every_shipped_recipe_loads_and_validates(path):
     first_line = path.read_text(encoding="utf-8").splitlines()[0]
     assert first_line.startswith("#"), "each recipe opens with a comment: purpose, hardware, command"
     assert "Run:" in path.read_text(encoding="utf-8") or "grpokit train" in path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", LAUNCH_CONFIGS, ids=lambda p: p.name)
+def test_launch_configs_are_deepspeed_zero3(path):
+    import yaml
+
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert config["distributed_type"] == "DEEPSPEED" and config["deepspeed_config"]["zero_stage"] == 3
 
 
 def test_shipped_recipes_exist():
