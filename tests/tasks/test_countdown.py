@@ -41,6 +41,8 @@ ROW = {"nums": [25, 5, 75, 2], "target": 20, "question": "q"}
         ("2 * (75 - 25) / 5", 1.0),
         ("(75 - 25) / 5 * 2 = 20", 1.0),  # a trailing "= target" is tolerated
         ("(75 - 25) / 5 * 2 = 21", 0.0),
+        ("(75 - 25) / 5 * 2 = 120", 0.0),  # a wrong claim that merely ends in the target's digits
+        ("(75 - 25) / 5 * 2 = 20 = 20", 0.0),
         ("75 - 25 - 5 * 2", 0.0),  # wrong value
         ("(75 - 25) / 5 * 2 + 0", 0.0),  # a number that was not given
         ("(75 - 25) / 5", 0.0),  # a number left unused

@@ -92,11 +92,9 @@ class CountdownTask(Task):
         if answer is None:
             return 0.0
         # "= 20" at the end is a common, harmless habit; anything else must be the bare expression.
-        expression = (
-            answer.split("=")[0]
-            if answer.count("=") == 1 and answer.rstrip().endswith(str(example["target"]))
-            else answer
-        )
+        expression, equals, claimed = answer.partition("=")
+        if equals and claimed.strip() != str(example["target"]):
+            return 0.0
         evaluated = evaluate_expression(expression)
         if evaluated is None:
             return 0.0
