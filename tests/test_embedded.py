@@ -7,8 +7,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("recipe_name", ["arithmetic_grpo", "countdown_grpo"])
-def test_embedded_model_converts_loads_and_trains_two_steps(tmp_path, recipe_name):
+@pytest.mark.parametrize("recipe_name", ["arithmetic_grpo", "countdown_grpo", "math_grpo", "reasoning_gym_grpo"])
+def test_embedded_model_converts_loads_and_trains_two_steps(tmp_path, recipe_name, monkeypatch):
     import json
 
     import torch
@@ -24,6 +24,7 @@ def test_embedded_model_converts_loads_and_trains_two_steps(tmp_path, recipe_nam
     assert model.dtype == torch.float32 and not getattr(model, "is_quantized", False)
     assert tokenizer.eos_token == "<|im_end|>"
 
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # recipes name data files from the repository root
     # The default recipe, shrunk: 2 cold-start steps, 2 GRPO steps, a 16-problem eval.
     recipe = load_recipe(
         Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / f"{recipe_name}.yaml",

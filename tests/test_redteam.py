@@ -5,16 +5,17 @@ import pytest
 from grpokit.cli import main
 from grpokit.redteam import check
 from grpokit.rewards import make_reward
-from grpokit.tasks import build_task
+from grpokit.tasks import TASKS, build_task
+from tests.data_files import build_test_task
 
 SAFE_REWARDS = ["format", "format_lenient", "format_partial", "tag_count", "correctness"]
 
 
-@pytest.mark.parametrize("task_name", ["arithmetic", "countdown"])
-def test_shipped_format_and_correctness_rewards_pay_nothing_for_degenerate_answers(task_name):
-    task = build_task(task_name)
+@pytest.mark.parametrize("task_name", sorted(TASKS))
+def test_every_task_and_safe_reward_pays_nothing_for_degenerate_answers(task_name, tmp_path):
+    task = build_test_task(task_name, tmp_path)
     rewards = [(name, 1.0, make_reward(name, task)) for name in SAFE_REWARDS]
-    findings = check(task, rewards, task.dataset("eval", 5))
+    findings = check(task, rewards, task.dataset("eval", 3))
     assert findings == [], "\n".join(map(str, findings))
 
 

@@ -75,3 +75,20 @@ def test_loads_the_countdown_tasks_schema(task):
 def test_bad_config(task):
     with pytest.raises(RecipeError, match="task.params"):
         build_task("countdown", {"min_numbers": 5, "max_numbers": 3})
+
+
+def test_loads_the_hub_schema_from_a_file_and_a_hub_style_folder(tmp_path):
+    from tests.data_files import write_hub_folder, write_jsonl
+
+    rows = [{"nums": [i, i + 1, 2], "target": 2 * i + 3} for i in range(1, 60)]
+    path = write_jsonl(tmp_path / "countdown.jsonl", rows)
+    folder = write_hub_folder(tmp_path / "repo", rows, eval_rows=0)
+    for source in (str(path), str(folder)):
+        task = build_task("countdown", {"source": source, "limit": 50})
+        seen = task.dataset("train", 10) + task.dataset("eval", 2)
+        assert {(tuple(r["nums"]), r["target"]) for r in seen} <= {(tuple(r["nums"]), r["target"]) for r in rows}
+        row = seen[0]
+        assert task.score(f"<think>x</think><answer>{row['nums'][0]} + {row['nums'][1]} + 2</answer>", row) == 1.0
+    (tmp_path / "bad.jsonl").write_text('{"numbers": [1, 2], "target": 3}\n', encoding="utf-8")
+    with pytest.raises(RecipeError, match=r"bad.jsonl line 1 has no column 'nums'"):
+        build_task("countdown", {"source": str(tmp_path / "bad.jsonl")})

@@ -38,4 +38,4 @@ def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
 
 
 # Built-in tasks register themselves on import.
-from grpokit.tasks import arithmetic, countdown, custom  # noqa: E402, F401
+from grpokit.tasks import arithmetic, countdown, math_problems, custom, gym  # noqa: E402, F401, I001

@@ -42,6 +42,10 @@ class Task:
         """A worked completion in the target format, for the cold-start stage; None if unavailable."""
         return None
 
+    def notes(self) -> list[str]:
+        """Things a user should know about the data, e.g. rows skipped for an unreadable gold answer."""
+        return []
+
     def adversarial(self, example: Example) -> list[tuple[str, str]]:
         """Task-specific (name, completion) tricks that must score 0, for `grpokit rewards check`."""
         return []

@@ -18,8 +18,10 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
+from grpokit.data import is_local_file, load_split, read_file, require_columns
 from grpokit.expressions import evaluate_expression
 from grpokit.parsing import extract_answer
 from grpokit.tasks import register_task
@@ -39,6 +41,10 @@ class CountdownConfig:
     max_target: int = 100
     eval_fraction: float = 0.1
     seed: int = 0
+    # Instead of generating: a hub id (Jiayi-Pan/Countdown-Tasks-3to4) or a .jsonl/.csv/.parquet file
+    # with `nums` and `target`; its train split is partitioned into train/eval by a stable hash.
+    source: str | None = None
+    limit: int | None = None
 
     def validate(self) -> None:
         if not 2 <= self.min_numbers <= self.max_numbers <= 6:
@@ -56,7 +62,38 @@ class CountdownTask(Task):
     name = "countdown"
     config_class = CountdownConfig
 
+    def __init__(self, config: CountdownConfig) -> None:
+        super().__init__(config)
+        self.loaded: dict[str, list[Example]] | None = None
+        if config.source and is_local_file(config.source):
+            self.load()  # a local file is cheap to read: its errors show when the recipe loads
+
+    def load(self) -> dict[str, list[Example]]:
+        """Rows of `source`, read once (a hub id downloads on first use, not when a recipe validates)."""
+        if self.loaded is None:
+            config = self.config
+            records = (
+                read_file(Path(config.source)) if is_local_file(config.source) else load_split(config.source, "train")
+            )
+            loaded: dict[str, list[Example]] = {"train": [], "eval": []}
+            for where, row in records[: config.limit]:
+                require_columns(
+                    f"{config.source} {where}", row, ("nums", "target"), "Countdown data needs nums and target"
+                )
+                (example,) = load_rows([row])
+                loaded[split_of(f"{sorted(example['nums'])}->{example['target']}", config.eval_fraction)].append(
+                    example
+                )
+            for split, rows in loaded.items():
+                if not rows:
+                    raise ValueError(f"{config.source}: the {split} split is empty; add rows or change eval_fraction")
+            self.loaded = loaded
+        return self.loaded
+
     def example(self, split: str, index: int) -> Example:
+        if self.config.source:
+            rows = self.load()[split]
+            return rows[index % len(rows)]
         cfg = self.config
         rng = random.Random(f"{cfg.seed}:{split}:{index}")
         for _ in range(_MAX_DRAWS):

@@ -1,9 +1,10 @@
-"""Your own questions: a CSV or JSONL file with a question and an answer column, and a checker.
+"""Your own questions: a CSV, JSONL or Parquet file with a question and an answer column, and a checker.
 
     task: {name: custom, params: {path: data/qa.jsonl, question_column: q, answer_column: a, checker: numeric}}
 
-Checkers: `exact` (whitespace-normalised string equality) and `numeric` (exact rational comparison of
-integers, decimals or fractions like `3/4`; commas as thousands separators allowed). A bad file fails
+Checkers: `exact` (whitespace-normalised string equality), `numeric` (exact rational comparison of
+integers, decimals or fractions like `3/4`; commas as thousands separators allowed) and `math`
+(math-verify: `\\frac{1}{2}`, `0.5` and `1/2` agree; the gold is read as LaTeX, run in the sandbox). A bad file fails
 when the recipe loads, naming the file, the row and the column.
 
 >>> CustomTask.check_numeric("1,000.0", "1000")
@@ -14,18 +15,18 @@ False
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from grpokit.data import FILE_SUFFIXES, read_file, require_columns
 from grpokit.parsing import extract_answer
 from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, split_of
+from grpokit.tasks.math_problems import math_score
 
-CHECKERS = ("exact", "numeric")
+CHECKERS = ("exact", "numeric", "math")
 _NUMBER = re.compile(r"[-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:/[0-9]+)?")
 
 
@@ -40,8 +41,8 @@ class CustomConfig:
     def validate(self) -> None:
         if not self.path:
             raise ValueError("task.params.path is required: a .csv or .jsonl file with your questions")
-        if Path(self.path).suffix.lower() not in (".csv", ".jsonl"):
-            raise ValueError(f"{self.path}: use a .csv or .jsonl file")
+        if Path(self.path).suffix.lower() not in FILE_SUFFIXES:
+            raise ValueError(f"{self.path}: use a {', '.join(FILE_SUFFIXES)} file")
         if self.checker not in CHECKERS:
             raise ValueError(f"checker={self.checker!r}; choose from {', '.join(CHECKERS)}")
         if not 0.0 < self.eval_fraction < 1.0:
@@ -75,6 +76,8 @@ class CustomTask(Task):
             return 0.0
         if self.config.checker == "numeric":
             return 1.0 if self.check_numeric(answer, example["answer"]) else 0.0
+        if self.config.checker == "math":
+            return math_score(answer, str(example["answer"]))
         return 1.0 if " ".join(answer.split()) == " ".join(str(example["answer"]).split()) else 0.0
 
     @staticmethod
@@ -95,43 +98,10 @@ def _number(text: str) -> Fraction | None:
 
 def read_rows(path: Path, question_column: str, answer_column: str) -> list[Example]:
     """Rows as examples; every error names the file, and the row and column where it has one."""
-    if not path.is_file():
-        raise ValueError(f"dataset file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not UTF-8 (bad byte at offset {err.start}); re-save it as UTF-8") from err
-    if path.suffix.lower() == ".jsonl":
-        raw = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path} line {number} is not valid JSON: {err.msg}") from err
-            if not isinstance(record, dict):
-                raise ValueError(f"{path} line {number} is not a JSON object")
-            raw.append((number, record))
-        where = "line"
-    else:
-        raw = list(enumerate(csv.DictReader(text.splitlines()), start=2))  # row 1 is the header
-        where = "row"
-    if not raw:
-        raise ValueError(f"{path} has no rows")
     rows = []
-    for number, record in raw:
+    for where, record in read_file(path):
         for column in (question_column, answer_column):
-            if column not in record:
-                raise ValueError(
-                    f"{path} {where} {number} has no column {column!r} (it has: "
-                    f"{', '.join(map(str, record))}); set task.params.{_param(column, question_column)}"
-                )
-            if record[column] is None or not str(record[column]).strip():
-                raise ValueError(f"{path} {where} {number} column {column!r} is empty")
+            hint = f"set task.params.{'question_column' if column == question_column else 'answer_column'}"
+            require_columns(f"{path} {where}", record, (column,), hint)
         rows.append({"question": str(record[question_column]).strip(), "answer": str(record[answer_column]).strip()})
     return rows
-
-
-def _param(column: str, question_column: str) -> str:
-    return "question_column" if column == question_column else "answer_column"

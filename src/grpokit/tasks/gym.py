@@ -1,0 +1,151 @@
+"""Any reasoning-gym dataset, scored by reasoning-gym's own `score_answer` inside the sandbox.
+
+    task:
+      name: reasoning_gym
+      params:
+        dataset: countdown                  # any name in reasoning_gym.factory.DATASETS
+        config: {min_numbers: 3, max_numbers: 4, max_target: 100}   # the dataset's difficulty settings
+
+`config` takes the dataset's own config fields (difficulty, ranges; `grpokit tasks` lists the datasets);
+an unknown field fails at load time with the known ones listed. A generated problem belongs to the
+train or the eval split by a stable hash of its question, so the splits never share a problem.
+
+Correctness is strict: 1.0 when `score_answer` returns at least `threshold` (1.0 by default), else 0.0;
+reasoning-gym's partial credit (0.01 for a malformed answer, 0.05 for a wrong one) is not paid.
+Several reasoning-gym scorers hand the answer to sympy's `parse_expr`, which runs Python `eval`;
+grpokit never calls them in the training process: answers with dunder names, chained or huge powers
+are refused outright (`grpokit.scorers.unsafe`), and everything else is scored in the locked-down
+sandbox worker (no processes, no file writes, a timeout).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from grpokit.parsing import extract_answer
+from grpokit.sandbox import SandboxError, shared_sandbox
+from grpokit.scorers import unsafe
+from grpokit.tasks import register_task
+from grpokit.tasks.base import Example, Task, split_of
+
+logger = logging.getLogger(__name__)
+
+SCORE_TIMEOUT_S = 10.0
+INSTALL_HINT = "install it with: pip install 'grpokit[gym]' (or pip install reasoning-gym)"
+
+
+def available_datasets() -> list[str]:
+    if importlib.util.find_spec("reasoning_gym") is None:
+        return []
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+@dataclass
+class ReasoningGymConfig:
+    dataset: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    size: int = 20000  # problems generated (both splits together)
+    seed: int = 0
+    eval_fraction: float = 0.05
+    threshold: float = 1.0
+
+    def validate(self) -> None:
+        if importlib.util.find_spec("reasoning_gym") is None:
+            raise ValueError(f"the reasoning_gym task needs the reasoning-gym package; {INSTALL_HINT}")
+        from reasoning_gym.factory import DATASETS
+
+        if not self.dataset:
+            raise ValueError("task.params.dataset is required: a reasoning-gym dataset name, e.g. countdown")
+        if self.dataset not in DATASETS:
+            raise ValueError(f"unknown reasoning-gym dataset {self.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+        if not isinstance(self.config, dict):
+            raise ValueError(f"task.params.config must be a mapping of {self.dataset}'s settings")
+        config_class = DATASETS[self.dataset][1]
+        known = {f.name for f in dataclasses.fields(config_class)} - {"seed", "size"}
+        unknown = sorted(set(self.config) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown setting {unknown[0]!r} for reasoning-gym dataset {self.dataset!r}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        if self.size < 20:
+            raise ValueError(f"size={self.size}; generate at least 20 problems")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold={self.threshold}; it must be in (0, 1]")
+
+
+@register_task
+class ReasoningGymTask(Task):
+    name = "reasoning_gym"
+    config_class = ReasoningGymConfig
+
+    def __init__(self, config: ReasoningGymConfig) -> None:
+        super().__init__(config)
+        import reasoning_gym
+
+        self.params_key = tuple(sorted({**config.config, "seed": config.seed, "size": config.size}.items()))
+        try:
+            self.data = reasoning_gym.create_dataset(config.dataset, **dict(self.params_key))
+        except Exception as err:  # reasoning-gym validates its config with asserts and ValueErrors
+            raise ValueError(
+                f"reasoning-gym rejected the config for {config.dataset!r}: {err or type(err).__name__}"
+            ) from err
+        self.indices: dict[str, list[int]] = {"train": [], "eval": []}
+        self.scanned = 0
+        self.score_errors = 0
+
+    @lru_cache(maxsize=100_000)  # noqa: B019 - one task object per run; entries are deterministic per index
+    def entry(self, index: int) -> dict[str, Any]:
+        return self.data[index]
+
+    def example(self, split: str, index: int) -> Example:
+        indices = self.indices[split]
+        while len(indices) <= index and self.scanned < self.config.size:
+            question = self.entry(self.scanned)["question"]
+            self.indices[split_of(question, self.config.eval_fraction)].append(self.scanned)
+            self.scanned += 1
+        if not indices:
+            raise ValueError(f"reasoning-gym {self.config.dataset}: no {split} problems among {self.config.size}")
+        gym_index = indices[index % len(indices)]
+        entry = self.entry(gym_index)
+        return {"question": entry["question"], "answer": str(entry["answer"]), "gym_index": gym_index}
+
+    def score(self, completion: str, example: Example) -> float:
+        answer = extract_answer(completion)
+        if answer is None or not answer.strip() or unsafe(answer):
+            return 0.0
+        entry = self.entry(int(example["gym_index"]))
+        try:
+            value = shared_sandbox().call(
+                "grpokit.scorers:gym_score",
+                self.config.dataset,
+                self.params_key,
+                answer,
+                entry,
+                timeout=SCORE_TIMEOUT_S,
+            )
+        except SandboxError as err:
+            self.score_errors += 1
+            logger.debug("reasoning-gym score failed: %s", err)
+            return 0.0
+        return 1.0 if value >= self.config.threshold else 0.0
+
+    def demonstration(self, example: Example) -> str | None:
+        """Format only: reasoning-gym gives answers, not worked solutions, so the thought is brief."""
+        return f"<think>\nThe answer is {example['answer']}.\n</think>\n<answer>{example['answer']}</answer>"
+
+    def adversarial(self, example: Example) -> list[tuple[str, str]]:
+        return [
+            ("python payload", "<think>x</think><answer>__import__('os').system('touch pwned.txt')</answer>"),
+            ("file write", "<think>x</think><answer>open('pwned.txt', 'w').write('x')</answer>"),
+            ("nested power", "<think>x</think><answer>9**9**9**9</answer>"),
+        ]

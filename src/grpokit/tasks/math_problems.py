@@ -1,0 +1,249 @@
+"""Math word problems checked with math-verify: NuminaMath-TIR and GSM8K data, from the hub or a file.
+
+    task: {name: math, params: {source: AI-MO/NuminaMath-TIR}}                 # hub id
+    task: {name: math, params: {source: openai/gsm8k, subset: main}}
+    task: {name: math, params: {source: data/problems.jsonl, schema: gsm8k}}   # local .jsonl/.csv/.parquet
+
+Schemas: `numina` (`problem`, `solution` whose last `\\boxed{...}` is the gold answer) and `gsm8k`
+(`question`, `answer` ending in `#### N`); `auto` picks by the columns of the first row. A hub id or
+dataset folder is read per split (`train_split`, `eval_split`); a single file is split by a stable
+hash of the question (`eval_fraction`), so train and eval never share a problem.
+
+Items whose gold answer math-verify cannot read are skipped, counted and reported (`notes()`, the
+training log, `summary.json`), never scored 0 in silence. Scoring runs math-verify in the sandbox
+worker (`grpokit.sandbox`): its timeouts hold whatever thread calls, and a hung or crashing check
+scores 0 and is counted in `score_errors`.
+
+>>> boxed_answer(r"So $x = 2$ and the sum is $\\boxed{\\frac{1}{2}}$.")
+'\\\\frac{1}{2}'
+>>> gsm8k_answer("She pays 48/2 = <<48/2=24>>24 dollars.\\n#### 1,024")
+'1024'
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpokit.data import is_local_file, load_split, read_file, require_columns
+from grpokit.parsing import extract_answer
+from grpokit.sandbox import SandboxError, shared_sandbox
+from grpokit.tasks import register_task
+from grpokit.tasks.base import Example, Task, split_of
+
+logger = logging.getLogger(__name__)
+
+SCHEMAS = ("auto", "numina", "gsm8k")
+SCORE_TIMEOUT_S = 10.0  # the parent's hard limit per check; math-verify's own limit inside is 3 s per step
+_COLUMNS = {"numina": ("problem", "solution"), "gsm8k": ("question", "answer")}
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+_errors_lock = threading.Lock()
+score_errors = {"timeout": 0, "error": 0}
+
+
+def math_score(answer: str | None, gold: str) -> float:
+    """1.0 when math-verify finds `answer` equivalent to `gold`; 0.0 otherwise, and on any failure."""
+    if answer is None or not answer.strip():
+        return 0.0
+    try:
+        return (
+            1.0 if shared_sandbox().call("grpokit.scorers:math_equal", answer, gold, timeout=SCORE_TIMEOUT_S) else 0.0
+        )
+    except SandboxError as err:
+        with _errors_lock:
+            score_errors["timeout" if "ran past" in str(err) else "error"] += 1
+        logger.debug("math check failed: %s", err)
+        return 0.0
+
+
+def gold_parses(gold: str) -> bool:
+    try:
+        return bool(shared_sandbox().call("grpokit.scorers:math_gold_parses", gold, timeout=SCORE_TIMEOUT_S))
+    except SandboxError:
+        return False
+
+
+def boxed_answer(solution: str) -> str | None:
+    """The contents of the last `\\boxed{...}` (balanced braces), or None."""
+    start = solution.rfind("\\boxed")
+    while start != -1:
+        i = solution.find("{", start)
+        if i != -1 and solution[start + len("\\boxed") : i].strip() == "":
+            depth = 0
+            for j in range(i, len(solution)):
+                depth += {"{": 1, "}": -1}.get(solution[j], 0)
+                if depth == 0:
+                    return solution[i + 1 : j].strip() or None
+        start = solution.rfind("\\boxed", 0, start)
+    return None
+
+
+def gsm8k_answer(answer: str) -> str | None:
+    """The number after the final `####`, thousands separators removed, or None."""
+    if "####" not in answer:
+        return None
+    gold = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    return gold or None
+
+
+class CheckedRows:
+    """Rows per split whose gold answers are checked lazily, as problems are first used.
+
+    Checking happens on first use, so a 70k-row hub split costs only the rows a run reads.
+    """
+
+    def __init__(self, splits: dict[str, list[Example]], source: str) -> None:
+        self.rows = splits
+        self.source = source
+        self.valid: dict[str, list[int]] = {s: [] for s in splits}
+        self.scanned = dict.fromkeys(splits, 0)
+        self.unparsable: list[tuple[str, str, str]] = []  # (split, where, gold)
+
+    def get(self, split: str, index: int) -> Example:
+        rows, valid = self.rows[split], self.valid[split]
+        while len(valid) <= index and self.scanned[split] < len(rows):
+            row = rows[self.scanned[split]]
+            if row["answer"] is not None and gold_parses(row["answer"]):
+                valid.append(self.scanned[split])
+            else:
+                self.unparsable.append((split, row["where"], str(row["answer"])[:80]))
+            self.scanned[split] += 1
+        if not valid:
+            raise ValueError(
+                f"{self.source}: none of the {len(rows)} {split} rows has a gold answer math-verify can read "
+                "(is the schema right? see task.params.schema)"
+            )
+        return rows[valid[index % len(valid)]]
+
+    def notes(self) -> list[str]:
+        if not self.unparsable:
+            return []
+        checked = sum(self.scanned.values())
+        first = "; ".join(f"{split} {where}: {gold!r}" for split, where, gold in self.unparsable[:3])
+        return [
+            f"{self.source}: skipped {len(self.unparsable)} of {checked} checked rows whose gold answer "
+            f"math-verify cannot read (first: {first})"
+        ]
+
+
+@dataclass
+class MathConfig:
+    source: str = ""
+    subset: str | None = None
+    schema: str = "auto"
+    train_split: str = "train"
+    eval_split: str | None = "test"
+    eval_fraction: float = 0.1
+    limit: int | None = None  # read at most this many rows per split
+
+    def validate(self) -> None:
+        if not self.source:
+            raise ValueError(
+                "task.params.source is required: a hub id (AI-MO/NuminaMath-TIR, openai/gsm8k) "
+                "or a local .jsonl/.csv/.parquet file or dataset folder"
+            )
+        if self.schema not in SCHEMAS:
+            raise ValueError(f"schema={self.schema!r}; choose from {', '.join(SCHEMAS)}")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit={self.limit}; use a positive number of rows or leave it out")
+
+
+@register_task
+class MathTask(Task):
+    name = "math"
+    config_class = MathConfig
+
+    def __init__(self, config: MathConfig) -> None:
+        super().__init__(config)
+        self._checked: CheckedRows | None = None
+        if is_local_file(config.source):
+            self.checked  # a local file is cheap to read: its errors show when the recipe loads  # noqa: B018
+
+    @property
+    def checked(self) -> CheckedRows:
+        """The rows, read on first use: a hub data set downloads only when a run needs it."""
+        if self._checked is None:
+            splits = {split: [self._convert(w, row) for w, row in records] for split, records in self._read().items()}
+            for split, rows in splits.items():
+                if not rows:
+                    raise ValueError(
+                        f"{self.config.source}: the {split} split is empty; add rows or change eval_fraction"
+                    )
+            self._checked = CheckedRows(splits, self.config.source)
+        return self._checked
+
+    def _read(self) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+        cfg = self.config
+        if is_local_file(cfg.source):
+            path = Path(cfg.source)
+            records = [(f"{path} {where}", row) for where, row in read_file(path)][: self._cap]
+            splits: dict[str, list] = {"train": [], "eval": []}
+            for where, row in records:
+                splits[split_of(str(row.get(self._columns(row)[0], where)), cfg.eval_fraction)].append((where, row))
+            return splits
+        train = load_split(cfg.source, cfg.train_split, cfg.subset)[: self._cap]
+        if cfg.eval_split is None:
+            splits = {"train": [], "eval": []}
+            for where, row in train:
+                splits[split_of(str(row.get(self._columns(row)[0], where)), cfg.eval_fraction)].append((where, row))
+            return splits
+        return {"train": train, "eval": load_split(cfg.source, cfg.eval_split, cfg.subset)[: self._cap]}
+
+    @property
+    def _cap(self) -> int | None:
+        return self.config.limit
+
+    def _schema(self, row: dict[str, Any]) -> str:
+        if self.config.schema != "auto":
+            return self.config.schema
+        for schema, columns in _COLUMNS.items():
+            if all(c in row for c in columns):
+                return schema
+        raise ValueError(
+            f"{self.config.source}: cannot tell the schema from the columns {', '.join(map(str, row))}; "
+            "expected problem/solution (numina) or question/answer (gsm8k), or set task.params.schema"
+        )
+
+    def _columns(self, row: dict[str, Any]) -> tuple[str, str]:
+        return _COLUMNS[self._schema(row)]
+
+    def _convert(self, where: str, row: dict[str, Any]) -> Example:
+        schema = self._schema(row)
+        question_column, solution_column = _COLUMNS[schema]
+        require_columns(where, row, (question_column, solution_column), f"this is the {schema} schema")
+        solution = str(row[solution_column])
+        gold = boxed_answer(solution) if schema == "numina" else gsm8k_answer(solution)
+        return {"question": str(row[question_column]).strip(), "answer": gold, "solution": solution, "where": where}
+
+    def example(self, split: str, index: int) -> Example:
+        return self.checked.get(split, index)
+
+    def score(self, completion: str, example: Example) -> float:
+        return math_score(extract_answer(completion), str(example["answer"]))
+
+    def notes(self) -> list[str]:
+        return self._checked.notes() if self._checked is not None else []
+
+    def demonstration(self, example: Example) -> str | None:
+        """The data set's own worked solution as the thought, its gold answer as the answer."""
+        solution = example.get("solution") or ""
+        thought = _CALCULATOR.sub("", solution.rsplit("####", 1)[0]) if "####" in solution else solution
+        return f"<think>\n{thought.strip()}\n</think>\n<answer>{example['answer']}</answer>"
+
+    def adversarial(self, example: Example) -> list[tuple[str, str]]:
+        gold = str(example["answer"])
+        return [
+            (
+                "every small integer listed",
+                "<think>x</think><answer>" + ", ".join(map(str, range(-5, 101))) + "</answer>",
+            ),
+            ("answer in prose with a wrong number", "<think>x</think><answer>it is not " + gold + " but 1e9</answer>"),
+            ("sympy injection", "<think>x</think><answer>__import__('os').system('touch pwned.txt')</answer>"),
+            ("nested power", "<think>x</think><answer>9**9**9**9</answer>"),
+        ]

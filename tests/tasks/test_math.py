@@ -1,0 +1,169 @@
+import threading
+
+import pytest
+
+from grpokit.config import RecipeError
+from grpokit.redteam import check
+from grpokit.rewards import make_reward
+from grpokit.tasks import build_task
+from grpokit.tasks.math_problems import boxed_answer, gsm8k_answer, math_score
+from tests.data_files import GSM8K, NUMINA, write_hub_folder, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def numina_task(tmp_path_factory):
+    path = write_jsonl(tmp_path_factory.mktemp("numina") / "numina.jsonl", NUMINA)
+    return build_task("math", {"source": str(path), "eval_fraction": 0.3})
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "score"),
+    [
+        ("42", "42", 1.0),
+        ("$42$ apples", "42", 1.0),
+        ("\\frac{84}{2}", "42", 1.0),
+        ("0.5", "\\frac{1}{2}", 1.0),
+        ("1/2", "\\frac{1}{2}", 1.0),
+        ("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1.0),
+        ("x = 2", "x = 2", 1.0),
+        ("2", "x = 2", 1.0),
+        ("43", "42", 0.0),
+        ("0.50001", "\\frac{1}{2}", 0.0),
+        ("42, 43", "42", 0.0),
+        ("43 or 42", "42", 0.0),
+        ("4 2", "42", 0.0),
+        ("４２", "42", 0.0),
+        ("", "42", 0.0),
+        (None, "42", 0.0),
+        ("9**9**9**9", "42", 0.0),
+        ("__import__('os').system('touch pwned.txt')", "42", 0.0),
+        ("x" * 5000, "42", 0.0),
+    ],
+)
+def test_math_verify_equivalence_is_strict(answer, gold, score):
+    assert math_score(answer, gold) == score
+
+
+def test_gold_extraction():
+    assert boxed_answer("a $\\boxed{1}$ then $\\boxed{\\frac{3}{4}}$") == "\\frac{3}{4}"
+    assert boxed_answer("\\boxed {x^{2}}") == "x^{2}"
+    assert boxed_answer("no box") is None and boxed_answer("\\boxed{unclosed") is None
+    assert gsm8k_answer("so <<2*3=6>>6\n#### 1,234") == "1234"
+    assert gsm8k_answer("no marker") is None
+
+
+def test_numina_file_split_score_and_unparsable_gold_reported(numina_task):
+    task = numina_task
+    train = task.dataset("train", 20)
+    held_out = task.dataset("eval", 5)
+    assert not {r["question"] for r in train} & {r["question"] for r in held_out}
+    row = (
+        next(r for r in train + held_out if r["answer"] == "\\frac{1}{2}")
+        if any(r["answer"] == "\\frac{1}{2}" for r in train + held_out)
+        else train[0]
+    )
+    assert task.score(f"<think>...</think><answer>{row['answer']}</answer>", row) == 1.0
+    assert task.score("<think>...</think><answer>-1000</answer>", row) == 0.0
+    assert task.score(task.demonstration(row), row) == 1.0
+    # Read every row once: the two rows without a readable gold are skipped and reported, not scored.
+    task.dataset("train", len(task.checked.rows["train"]), distinct=False)
+    task.dataset("eval", len(task.checked.rows["eval"]), distinct=False)
+    (note,) = task.notes()
+    assert "skipped 2 of 43 checked rows" in note
+    every = task.checked.rows["train"] + task.checked.rows["eval"]
+    assert sum(r["answer"] is None for r in every) == 1  # the row with no \boxed at all
+
+
+def test_gsm8k_csv_and_parquet_files(tmp_path):
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    csv_path = tmp_path / "gsm8k.csv"
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["question", "answer"])
+        writer.writeheader()
+        writer.writerows(GSM8K)
+    parquet_path = tmp_path / "gsm8k.parquet"
+    pq.write_table(pa.Table.from_pylist(GSM8K), parquet_path)
+    for path in (csv_path, parquet_path):
+        task = build_task("math", {"source": str(path), "schema": "gsm8k"})
+        row = task.example("train", 0)
+        assert row["answer"].isdigit() and "<<" not in task.demonstration(row)
+        assert task.score(f"<think>x</think><answer>{int(row['answer']):,}</answer>", row) == 1.0
+        assert task.score(task.demonstration(row), row) == 1.0
+
+
+def test_hub_path_reads_named_splits(tmp_path):
+    """The hub code path (`datasets.load_dataset`), on a local folder laid out like a hub repo."""
+    folder = write_hub_folder(tmp_path / "numina_repo", NUMINA[:30])
+    task = build_task("math", {"source": str(folder), "train_split": "train", "eval_split": "test"})
+    assert [r["question"] for r in task.dataset("eval", 8)] == [r["problem"] for r in NUMINA[:8]]
+    assert task.example("train", 0)["question"] == NUMINA[8]["problem"]
+    limited = build_task("math", {"source": str(folder), "limit": 5})
+    assert len(limited.checked.rows["train"]) == 5
+
+
+def test_scoring_from_other_threads_keeps_its_timeout():
+    """TRL may call rewards off the main thread, where signal-based timeouts are off: ours still hold."""
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(math_score("0.5", "\\frac{1}{2}"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [1.0] * 4
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({}, "source is required"),
+        ({"source": "missing.jsonl"}, "dataset file not found: missing.jsonl"),
+        ({"source": "x.jsonl", "schema": "mmlu"}, "schema='mmlu'"),
+    ],
+)
+def test_bad_sources_fail_clearly(params, message):
+    with pytest.raises(RecipeError, match=message):
+        build_task("math", params)
+
+
+def test_a_hub_source_loads_on_first_use_and_fails_clearly_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    task = build_task("math", {"source": "no/such-dataset-offline"})  # validating a recipe downloads nothing
+    with pytest.raises(ValueError, match="could not load split 'train' of dataset 'no/such-dataset-offline'"):
+        task.example("eval", 0)
+
+
+def test_wrong_schema_names_row_and_column(tmp_path):
+    path = write_jsonl(tmp_path / "x.jsonl", [{"question": "q", "text": "a"}])
+    with pytest.raises(RecipeError, match="cannot tell the schema from the columns question, text"):
+        build_task("math", {"source": str(path)})
+    with pytest.raises(RecipeError, match=r"x.jsonl line 1 has no column 'problem' .*this is the numina schema"):
+        build_task("math", {"source": str(path), "schema": "numina"})
+
+
+def test_rewards_check_finds_nothing(numina_task):
+    rewards = [(n, 1.0, make_reward(n, numina_task)) for n in ("format", "tag_count", "correctness")]
+    findings = check(numina_task, rewards, numina_task.dataset("eval", 3))
+    assert findings == [], "\n".join(map(str, findings))
+
+
+def test_shipped_word_problems_are_reproducible_and_all_golds_parse():
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("make_word_problems", root / "scripts" / "make_word_problems.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shipped = (root / "data" / "word_problems.jsonl").read_text(encoding="utf-8")
+    assert shipped == module.render(module.rows()), (
+        "data/word_problems.jsonl is stale: run scripts/make_word_problems.py"
+    )
+    task = build_task("math", {"source": str(root / "data" / "word_problems.jsonl"), "schema": "numina"})
+    for split in ("train", "eval"):
+        rows = task.dataset(split, 100)
+        assert all(task.score(task.demonstration(r), r) == 1.0 for r in rows)
+    assert task.notes() == []
