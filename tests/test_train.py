@@ -114,3 +114,42 @@ def test_eval_command_reads_a_run_directory(tiny_model_dir, tmp_path, capsys):
     assert main(["eval", str(recipe_path), "--model", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "eval/accuracy" in out and "eval/format_rate" in out
+
+
+def test_eval_every_n_steps_is_logged_with_the_training_metrics(tiny_model_dir, tmp_path):
+    from grpokit import train
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path, grpo={"max_steps": 3}, eval={"every": 1, "every_n": 2})
+    run_dir = train.main(build_recipe(raw))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/accuracy" in r]
+    assert [r["step"] for r in evals] == [1, 2]  # the final step is the "after" eval
+    assert all(r["stage"] == "grpo" and 0.0 <= r["eval/format_rate"] <= 1.0 for r in evals)
+    saved = json.loads((run_dir / "evals" / "step_00002.json").read_text())
+    assert saved["n"] == 2 and len(saved["samples"]) == 2
+
+
+def make_boom(task):
+    """A reward factory (used by dotted path below) whose reward raises on every other call."""
+    calls = []
+
+    def boom(completion, example):
+        calls.append(1)
+        if len(calls) % 2:
+            raise RuntimeError("verifier crashed")
+        return 0.5
+
+    return boom
+
+
+def test_a_raising_reward_does_not_end_the_run(tiny_model_dir, tmp_path):
+    from grpokit import train
+
+    rewards = [{"name": "format"}, {"name": "tests.test_train.make_boom"}]
+    run_dir = train.main(build_recipe(tiny_recipe(tiny_model_dir, tmp_path, rewards=rewards)))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    errors = [r["rewards/tests.test_train.make_boom/errors"] for r in rows if r["stage"] == "grpo" and "reward" in r]
+    assert errors and all(e == 4 for e in errors)  # 8 completions per step, every other one raised
+    assert "verifier crashed" in (run_dir / "reward_errors.jsonl").read_text()
+    warnings = (run_dir / "warnings.jsonl").read_text()
+    assert "reward_errors:tests.test_train.make_boom" in warnings

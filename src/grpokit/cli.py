@@ -6,8 +6,9 @@ import argparse
 import dataclasses
 import logging
 import sys
+from pathlib import Path
 
-from grpokit.config import RecipeError, load_recipe
+from grpokit.config import Recipe, RecipeError, apply_override, build_recipe, load_recipe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,10 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("recipe")
     train.add_argument("overrides", nargs="*", help="key.sub=value, e.g. grpo.max_steps=10")
 
-    ev = sub.add_parser("eval", help="greedy held-out accuracy and format rate")
-    ev.add_argument("recipe")
-    ev.add_argument("overrides", nargs="*")
-    ev.add_argument("--model", help="model folder, hub id or run directory (default: the recipe's model)")
+    ev = sub.add_parser("eval", help="held-out accuracy, format rate, pass@k and maj@k of a run, recipe or model")
+    ev.add_argument("target", help="a recipe .yaml, a run directory, or a model: folder, hub id or 'embedded'")
+    ev.add_argument("overrides", nargs="*", help="key.sub=value, e.g. eval.max_new_tokens=128")
+    ev.add_argument("--model", help="model folder, hub id or run directory (default: the target's model)")
+    ev.add_argument("--task", help="task name when TARGET is a model (default: arithmetic)")
+    ev.add_argument("--n", type=int, help="held-out problems (default: the recipe's eval.n)")
+    ev.add_argument("--k", help="pass@k / maj@k values, e.g. 1,4,8; samples max(k) completions per problem")
+    ev.add_argument("--samples-per-problem", type=int, help="sampled completions per problem (default: max k)")
+    ev.add_argument("--out", help="also write the result (JSON, with sample completions) here")
 
     rep = sub.add_parser("report", help="draw a run's curves and before/after numbers (curves.png)")
     rep.add_argument("run_dir")
@@ -32,7 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     rw.add_argument("recipe", nargs="?")
     rw.add_argument("--n", type=int, default=8, help="held-out problems to build the battery from")
 
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may come after options too: grpokit eval RUN --n 50 eval.max_new_tokens=128
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
     )
@@ -53,13 +64,50 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    recipe = load_recipe(args.recipe, args.overrides)
+    recipe, model = eval_target(args)
     from grpokit import evaluate
 
-    result = evaluate.main(recipe, args.model)
+    result = evaluate.main(recipe, model)
     for key, value in result.metrics().items():
         print(f"{key:<28} {value:.4f}")
+    print(f"{'n':<28} {result.n}  ({result.seconds:.0f} s, {result.tokens_per_second:.0f} tok/s greedy)")
+    if args.out:
+        result.save(Path(args.out))
+        print(f"result: {args.out}")
     return 0
+
+
+def eval_target(args: argparse.Namespace) -> tuple[Recipe, str | None]:
+    """The recipe and model `grpokit eval TARGET` means: a recipe file, a run directory or a model."""
+    overrides = list(args.overrides)
+    if args.n is not None:
+        overrides.append(f"eval.n={args.n}")
+    if args.k:
+        try:
+            ks = [int(k) for k in args.k.split(",") if k.strip()]
+        except ValueError:
+            raise RecipeError(f"--k {args.k!r}: use comma-separated integers, e.g. --k 1,4,8") from None
+        overrides += [f"eval.k={ks}", f"eval.samples_per_problem={args.samples_per_problem or max(ks, default=1)}"]
+    elif args.samples_per_problem is not None:
+        overrides.append(f"eval.samples_per_problem={args.samples_per_problem}")
+    target = Path(args.target)
+    if target.suffix in (".yaml", ".yml"):
+        return load_recipe(target, overrides), args.model
+    if (target / "recipe.yaml").is_file():  # a run directory: its own recipe, its trained adapter
+        return load_recipe(target / "recipe.yaml", overrides), args.model or str(target)
+    if target.is_dir() and (target / "adapter").is_dir():
+        raise RecipeError(
+            f"{target} has an adapter but no recipe.yaml; pass the recipe: grpokit eval RECIPE --model {target}"
+        )
+    raw = {
+        "model": {"name": args.target},
+        "lora": {"enabled": False},
+        "task": {"name": args.task or "arithmetic"},
+        "rewards": [{"name": "format"}, {"name": "correctness"}],
+    }
+    for override in overrides:
+        apply_override(raw, override)
+    return build_recipe(raw, source=f"grpokit eval {args.target}"), args.model
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -76,6 +124,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         doc = ((cls.__module__ and sys.modules[cls.__module__].__doc__) or "").strip().splitlines()[0]
         params = ", ".join(f"{f.name}={_default(f)}" for f in dataclasses.fields(cls.config_class))
         print(f"{name:<14} {doc}\n{'':<14} params: {params}")
+    from grpokit.tasks.gym import available_datasets
+
+    gym = available_datasets()
+    if gym:
+        print(f"\nreasoning-gym datasets ({len(gym)}), for task reasoning_gym's params.dataset:\n  " + " ".join(gym))
     return 0
 
 

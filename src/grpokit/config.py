@@ -119,13 +119,30 @@ class EvalSection:
     max_new_tokens: int = 96
     batch_size: int = 64
     samples: int = 16  # completions kept in eval_*.json for people to read
+    # pass@k and maj@k: this many sampled completions per problem (0: greedy only), at this temperature.
+    samples_per_problem: int = 0
+    k: list[int] = field(default_factory=lambda: [1, 4, 8])
+    temperature: float = 1.0
+    # During GRPO: greedy accuracy on the first `every_n` held-out problems every `every` steps (0: off).
+    every: int = 0
+    every_n: int = 50
 
     def validate(self) -> None:
+        if self.every < 0 or self.every_n < 1:
+            raise RecipeError(f"eval.every={self.every}, eval.every_n={self.every_n}; use every >= 0 and every_n >= 1")
         for key in ("n", "max_new_tokens", "batch_size"):
             if getattr(self, key) < 1:
                 raise RecipeError(f"eval.{key}={getattr(self, key)}; it must be >= 1")
         if self.samples < 0:
             raise RecipeError(f"eval.samples={self.samples}; it must be >= 0")
+        if self.samples_per_problem < 0:
+            raise RecipeError(f"eval.samples_per_problem={self.samples_per_problem}; use 0 (greedy only) or more")
+        if self.samples_per_problem and any(not 1 <= k <= self.samples_per_problem for k in self.k):
+            raise RecipeError(
+                f"eval.k={self.k}: every k must be between 1 and eval.samples_per_problem={self.samples_per_problem}"
+            )
+        if not self.temperature > 0:
+            raise RecipeError(f"eval.temperature={self.temperature}; sampling needs a temperature > 0")
 
 
 @dataclass

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpokit.parsing import is_strict_format, normalize_completion
+from grpokit.parsing import extract_answer, is_strict_format, normalize_completion
 from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled
 
 log = logging.getLogger(__name__)
@@ -27,17 +29,119 @@ class EvalResult:
     tokens_per_second: float
     seconds: float
     samples: list[dict[str, Any]] = field(default_factory=list)
+    # Sampled evaluation (eval.samples_per_problem > 0): unbiased pass@k and majority vote @k.
+    samples_per_problem: int = 0
+    temperature: float | None = None
+    pass_at_k: dict[str, float] = field(default_factory=dict)
+    maj_at_k: dict[str, float] = field(default_factory=dict)
+    sampled_format_rate: float | None = None
 
     def metrics(self) -> dict[str, float]:
-        return {
+        out = {
             "eval/accuracy": self.accuracy,
             "eval/format_rate": self.format_rate,
             "eval/mean_completion_tokens": self.mean_completion_tokens,
             "eval/truncation_rate": self.truncation_rate,
         }
+        out.update({f"eval/pass@{k}": v for k, v in self.pass_at_k.items()})
+        out.update({f"eval/maj@{k}": v for k, v in self.maj_at_k.items()})
+        return out
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al., 2021): 1 - C(n-c, k) / C(n, k).
+
+    >>> pass_at_k(8, 0, 4), pass_at_k(8, 8, 1), pass_at_k(8, 1, 1), round(pass_at_k(8, 1, 4), 4)
+    (0.0, 1.0, 0.125, 0.5)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def majority_correct(answers: list[str | None], correct: list[float]) -> bool:
+    """Majority vote over extracted answers (ties: the first seen); no answer never wins.
+
+    >>> majority_correct(["7", "8", "7", None], [1.0, 0.0, 1.0, 0.0])
+    True
+    >>> majority_correct([None, None, "8"], [0.0, 0.0, 0.0])
+    False
+    """
+    votes = Counter(" ".join(a.split()) for a in answers if a is not None and a.strip())
+    if not votes:
+        return False
+    winner = votes.most_common(1)[0][0]
+    return any(ok for a, ok in zip(answers, correct, strict=True) if a is not None and " ".join(a.split()) == winner)
+
+
+@dataclass
+class _Generations:
+    completions: list[list[str]]  # [problem][sample]
+    lengths: list[int]
+    truncated: int
+    seconds: float
+
+
+def _generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    per_prompt: int = 1,
+    temperature: float | None = None,
+    label: str = "eval",
+) -> _Generations:
+    """Decode `per_prompt` completions per prompt: greedy when temperature is None, else sampled."""
+    import torch
+
+    eos_ids = _eos_ids(model, tokenizer)
+    sampling = temperature is not None
+    completions: list[list[str]] = []
+    lengths: list[int] = []
+    truncated = 0
+    prompts_per_batch = max(1, batch_size // per_prompt)
+    start = time.perf_counter()
+    for first in range(0, len(prompts), prompts_per_batch):
+        batch = tokenizer(
+            prompts[first : first + prompts_per_batch], return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(model.device)
+        with torch.inference_mode():
+            out = model.generate(
+                **batch,
+                do_sample=sampling,
+                num_return_sequences=per_prompt,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=eos_ids,
+                temperature=temperature,
+                top_p=1.0 if sampling else None,
+                top_k=0 if sampling else None,
+            )
+        new = out[:, batch["input_ids"].shape[1] :]  # [B * per_prompt, T_new], samples of a prompt adjacent
+        texts = []
+        for row in new.tolist():
+            ended = next((i for i, t in enumerate(row) if t in eos_ids), None)
+            lengths.append(len(row) if ended is None else ended + 1)
+            truncated += ended is None
+            texts.append(tokenizer.decode(row[: lengths[-1]], skip_special_tokens=True))
+        completions.extend(texts[i : i + per_prompt] for i in range(0, len(texts), per_prompt))
+        done, elapsed = len(completions), time.perf_counter() - start
+        log.info(
+            "%s: %d/%d problems, %.0f tok/s, ETA %.0f s",
+            label,
+            done,
+            len(prompts),
+            sum(lengths) / elapsed,
+            elapsed / done * (len(prompts) - done),
+        )
+    return _Generations(completions, lengths, truncated, time.perf_counter() - start)
 
 
 def evaluate(
@@ -51,52 +155,33 @@ def evaluate(
     samples: int = 16,
     system_prompt: str | None = None,
     label: str = "eval",
+    samples_per_problem: int = 0,
+    k: list[int] | tuple[int, ...] = (1, 4, 8),
+    temperature: float = 1.0,
 ) -> EvalResult:
-    """Greedy-decode every example once and score it with `task.score`."""
-    import torch
-
+    """Greedy-decode every example once and score it with `task.score`; optionally sample for pass@k."""
     prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt)) for ex in examples]
     prefilled = think_prefilled(prompts[0]) if prompts else False
-    eos_ids = _eos_ids(model, tokenizer)
     was_training = model.training
     model.eval()
-    completions: list[str] = []
-    lengths: list[int] = []
-    truncated = 0
-    start = time.perf_counter()
-    for first in range(0, len(prompts), batch_size):
-        batch = tokenizer(
-            prompts[first : first + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
-        ).to(model.device)
-        with torch.inference_mode():
-            out = model.generate(
-                **batch,
-                do_sample=False,
+    try:
+        greedy = _generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, label=label)
+        sampled = None
+        if samples_per_problem:
+            sampled = _generate(
+                model,
+                tokenizer,
+                prompts,
                 max_new_tokens=max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=eos_ids,
-                temperature=None,
-                top_p=None,
-                top_k=None,
+                batch_size=batch_size,
+                per_prompt=samples_per_problem,
+                temperature=temperature,
+                label=f"{label} sampled x{samples_per_problem}",
             )
-        new = out[:, batch["input_ids"].shape[1] :]  # [B, T_new]
-        for row in new.tolist():
-            ended = next((i for i, t in enumerate(row) if t in eos_ids), None)
-            lengths.append(len(row) if ended is None else ended + 1)
-            truncated += ended is None
-            completions.append(tokenizer.decode(row[: lengths[-1]], skip_special_tokens=True))
-        done, elapsed = len(completions), time.perf_counter() - start
-        log.info(
-            "%s: %d/%d problems, %.0f tok/s, ETA %.0f s",
-            label,
-            done,
-            len(prompts),
-            sum(lengths) / elapsed,
-            elapsed / done * (len(prompts) - done),
-        )
-    seconds = time.perf_counter() - start
-    model.train(was_training)
+    finally:
+        model.train(was_training)
 
+    completions = [c[0] for c in greedy.completions]
     texts = [normalize_completion(c, prefilled) for c in completions]
     correct = [task.score(t, ex) for t, ex in zip(texts, examples, strict=True)]
     formatted = [is_strict_format(t) for t in texts]
@@ -105,18 +190,51 @@ def evaluate(
         {"question": ex["question"], "answer": ex["answer"], "completion": c, "correct": bool(ok), "format": fmt}
         for ex, c, ok, fmt in zip(examples, completions, correct, formatted, strict=True)
     ]
-    return EvalResult(
+    result = EvalResult(
         task=task.name,
         n=len(examples),
         accuracy=sum(correct) / n,
         format_rate=sum(formatted) / n,
-        mean_completion_tokens=sum(lengths) / n,
-        max_completion_tokens=max(lengths, default=0),
-        truncation_rate=truncated / n,
-        tokens_per_second=sum(lengths) / max(seconds, 1e-9),
-        seconds=seconds,
+        mean_completion_tokens=sum(greedy.lengths) / n,
+        max_completion_tokens=max(greedy.lengths, default=0),
+        truncation_rate=greedy.truncated / n,
+        tokens_per_second=sum(greedy.lengths) / max(greedy.seconds, 1e-9),
+        seconds=greedy.seconds,
         samples=kept[:samples],
     )
+    if sampled is not None:
+        _add_sampled(result, task, examples, sampled, prefilled, samples_per_problem, k, temperature)
+    return result
+
+
+def _add_sampled(
+    result: EvalResult,
+    task: Task,
+    examples: list[Example],
+    sampled: _Generations,
+    prefilled: bool,
+    per_problem: int,
+    ks: list[int] | tuple[int, ...],
+    temperature: float,
+) -> None:
+    scores, answers, formats = [], [], 0
+    for group, ex in zip(sampled.completions, examples, strict=True):
+        texts = [normalize_completion(c, prefilled) for c in group]
+        scores.append([task.score(t, ex) for t in texts])
+        answers.append([extract_answer(t) for t in texts])
+        formats += sum(is_strict_format(t) for t in texts)
+    n = max(len(examples), 1)
+    result.samples_per_problem = per_problem
+    result.temperature = temperature
+    result.pass_at_k = {
+        str(k): sum(pass_at_k(per_problem, int(sum(s)), k) for s in scores) / n for k in sorted(set(ks))
+    }
+    result.maj_at_k = {
+        str(k): sum(majority_correct(a[:k], s[:k]) for a, s in zip(answers, scores, strict=True)) / n
+        for k in sorted(set(ks))
+    }
+    result.sampled_format_rate = formats / max(n * per_problem, 1)
+    result.seconds += sampled.seconds
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -159,4 +277,7 @@ def evaluate_recipe(
         samples=recipe.eval.samples,
         system_prompt=recipe.task.system_prompt,
         label=label,
+        samples_per_problem=recipe.eval.samples_per_problem,
+        k=recipe.eval.k,
+        temperature=recipe.eval.temperature,
     )

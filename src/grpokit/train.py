@@ -15,6 +15,7 @@ Run directory (one per run, never overwritten):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -26,8 +27,9 @@ from typing import Any
 import yaml
 
 from grpokit import cold_start, report
-from grpokit.config import Recipe, build_grpo_config
+from grpokit.config import Recipe, RecipeError, build_grpo_config
 from grpokit.evaluate import EvalResult, evaluate_recipe
+from grpokit.health import HealthMonitor
 from grpokit.models import load_model
 from grpokit.rewards import make_reward, to_trl
 from grpokit.tasks import build_task
@@ -52,10 +54,15 @@ def main(recipe: Recipe) -> Path:
         started = time.perf_counter()
         stages: dict[str, float] = {}
 
+        task = build_task(recipe.task.name, recipe.task.params)  # bad data fails before the model loads
+        try:
+            eval_set = task.dataset("eval", recipe.eval.n)
+        except ValueError as err:
+            raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
         model, tokenizer = load_model(recipe.model.name, recipe.model.dtype, recipe.model.revision)
-        task = build_task(recipe.task.name, recipe.task.params)
-        eval_set = task.dataset("eval", recipe.eval.n)
         train_data = build_train_dataset(task, tokenizer, recipe)
+        for note in task.notes():
+            log.warning("data: %s", note)
         prefilled = think_prefilled(train_data[0]["prompt"])
 
         results = {"before": run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")}
@@ -72,9 +79,15 @@ def main(recipe: Recipe) -> Path:
             stages["cold_start"] = time.perf_counter() - t0
             results["cold_start"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "cold_start")
 
-        rewards = [to_trl(spec.name, make_reward(spec.name, task, spec.params), prefilled) for spec in recipe.rewards]
+        rewards = [
+            to_trl(spec.name, make_reward(spec.name, task, spec.params), prefilled, run_dir / "reward_errors.jsonl")
+            for spec in recipe.rewards
+        ]
         args = build_grpo_config(recipe, run_dir / "grpo")
         metrics.stage = "grpo"
+        metrics.health = HealthMonitor(
+            window=5, max_completion_length=args.max_completion_length, path=run_dir / "warnings.jsonl"
+        )
         trainer = GrpoTrainer(
             model=model,
             reward_funcs=rewards,
@@ -83,6 +96,9 @@ def main(recipe: Recipe) -> Path:
             processing_class=tokenizer,
             callbacks=[metrics.callback()],
         )
+        if recipe.eval.every:
+            periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: recipe.eval.every_n], recipe, run_dir)
+            trainer.add_callback(periodic.callback())
         t0 = time.perf_counter()
         trainer.train()
         stages["grpo"] = time.perf_counter() - t0
@@ -92,7 +108,7 @@ def main(recipe: Recipe) -> Path:
 
         results["after"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "after")
         stages["total"] = time.perf_counter() - started
-        write_summary(run_dir, results, stages)
+        write_summary(run_dir, results, stages, task.notes())
         log.info("\n%s", format_table(results, stages))
         log.info("curves: %s", report.main(run_dir))
         return run_dir
@@ -176,10 +192,13 @@ def save_model(model: Any, tokenizer: Any, run_dir: Path, recipe: Recipe) -> Pat
     return out
 
 
-def write_summary(run_dir: Path, results: dict[str, EvalResult], stages: dict[str, float]) -> None:
+def write_summary(
+    run_dir: Path, results: dict[str, EvalResult], stages: dict[str, float], notes: list[str] | None = None
+) -> None:
     summary = {
         "evals": {k: {"accuracy": r.accuracy, "format_rate": r.format_rate, "n": r.n} for k, r in results.items()},
         "seconds": stages,
+        "data_notes": notes or [],
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
@@ -195,12 +214,56 @@ def format_table(results: dict[str, EvalResult], stages: dict[str, float]) -> st
     return "\n".join(lines) + f"\nwall time: {timing}"
 
 
+class PeriodicEval:
+    """Greedy held-out accuracy every `eval.every` GRPO steps, logged through the trainer.
+
+    The numbers go where every other metric goes (metrics.jsonl, TensorBoard, `report_to`), and each
+    eval's completions are kept in `evals/step_<N>.json`, the same prompts every time.
+    """
+
+    def __init__(self, trainer: Any, tokenizer: Any, task: Any, examples: list, recipe: Recipe, run_dir: Path) -> None:
+        self.trainer, self.tokenizer, self.task, self.examples, self.recipe = trainer, tokenizer, task, examples, recipe
+        self.folder = run_dir / "evals"
+
+    def run(self, step: int) -> EvalResult:
+        greedy = dataclasses.replace(self.recipe.eval, samples_per_problem=0, samples=len(self.examples))
+        recipe = dataclasses.replace(self.recipe, eval=greedy)
+        result = evaluate_recipe(
+            self.trainer.model, self.tokenizer, self.task, self.examples, recipe, f"eval step {step}"
+        )
+        self.folder.mkdir(exist_ok=True)
+        result.save(self.folder / f"step_{step:05d}.json")
+        log.info(
+            "eval at step %d: accuracy %.1f%%, format %.1f%% on %d problems",
+            step,
+            100 * result.accuracy,
+            100 * result.format_rate,
+            result.n,
+        )
+        self.trainer.log(result.metrics())
+        return result
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                step = state.global_step
+                if step % outer.recipe.eval.every == 0 and step < state.max_steps:
+                    outer.run(step)
+
+        return _Callback()
+
+
 class MetricsLog:
     """Appends every trainer log (cold start and GRPO) to metrics.jsonl and prints a progress line."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.stage = "train"
+        self.health: HealthMonitor | None = None  # set for the GRPO stage
 
     def callback(self) -> Any:
         from transformers import TrainerCallback
@@ -222,6 +285,8 @@ class MetricsLog:
                 }
                 with outer.path.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")
+                if outer.health is not None and "reward" in logs:
+                    outer.health.observe(state.global_step, logs)
                 elapsed = time.perf_counter() - self.t0
                 rate = elapsed / max(state.global_step, 1)
                 eta = rate * (state.max_steps - state.global_step)

@@ -35,6 +35,11 @@ class GrpoTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         batch = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        for func in self.reward_funcs:
+            if hasattr(func, "errors"):  # grpokit's adapter: failures since the last batch
+                self._metrics[mode][f"rewards/{func.__name__}/errors"].append(float(func.errors))
+                func.errors = 0
         if not (self.skip_zero_advantage and self.model.training):
             return batch
         mask = keep_mask(batch)

@@ -60,3 +60,17 @@ def test_dotted_path_escape_hatch():
 def test_bad_params_name_the_reward():
     with pytest.raises(RecipeError, match="bad params for reward 'format'"):
         make_reward("format", None, {"nope": 1})
+
+
+def test_a_failing_reward_scores_zero_and_is_counted(tmp_path):
+    def flaky(completion, example):
+        if "boom" in completion:
+            raise RuntimeError("verifier crashed")
+        return float("inf") if "inf" in completion else 1.0
+
+    log = tmp_path / "reward_errors.jsonl"
+    trl_reward = to_trl("flaky", flaky, error_log=log)
+    assert trl_reward([""] * 4, ["ok", "boom", "inf", "boom again"]) == [1.0, 0.0, 0.0, 0.0]
+    assert trl_reward.errors == 3
+    (entry,) = [line for line in log.read_text().splitlines()]  # one example per reward, not one per failure
+    assert "RuntimeError: verifier crashed" in entry and '"completion": "boom"' in entry

@@ -7,7 +7,10 @@ factory `make(task, **params) -> reward`, so parameterised rewards take their se
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from grpokit.parsing import normalize_completion
@@ -43,21 +46,50 @@ def make_reward(name: str, task: Task, params: dict[str, Any] | None = None) -> 
         raise RecipeError(f"bad params for reward {name!r}: {err}") from err
 
 
-def to_trl(name: str, reward: Reward, think_prefilled: bool = False) -> Callable[..., list[float]]:
-    """TRL calls reward functions with the batch: prompts, completions and each dataset column as a list."""
+def to_trl(
+    name: str, reward: Reward, think_prefilled: bool = False, error_log: Path | None = None
+) -> Callable[..., list[float]]:
+    """TRL calls reward functions with the batch: prompts, completions and each dataset column as a list.
+
+    A reward that raises, or returns NaN or infinity, scores that sample 0 instead of ending the run (one
+    +inf reward turns every weight into NaN after a step). Failures are counted in `errors` (the trainer
+    logs them as `rewards/<name>/errors`), and the first one is written to `error_log` with its completion.
+    """
 
     def trl_reward(prompts: list, completions: list, **columns: Any) -> list[float]:
         rows = [
             {key: values[i] for key, values in columns.items() if isinstance(values, list)}
             for i in range(len(completions))
         ]
-        return [
-            float(reward(normalize_completion(_text(c), think_prefilled), row))
-            for c, row in zip(completions, rows, strict=True)
-        ]
+        scores = []
+        for completion, row in zip(completions, rows, strict=True):
+            text = normalize_completion(_text(completion), think_prefilled)
+            try:
+                value = float(reward(text, row))
+                if not math.isfinite(value):
+                    raise ValueError(f"returned {value}")
+            except Exception as err:
+                value = 0.0
+                trl_reward.errors += 1
+                _record_error(error_log, name, err, text)
+            scores.append(value)
+        return scores
 
     trl_reward.__name__ = name
+    trl_reward.errors = 0  # failures since the trainer last read them
     return trl_reward
+
+
+_recorded: set[tuple[str, str]] = set()
+
+
+def _record_error(path: Path | None, name: str, err: Exception, completion: str) -> None:
+    if path is None or (str(path), name) in _recorded:
+        return
+    _recorded.add((str(path), name))
+    entry = {"reward": name, "error": f"{type(err).__name__}: {err}"[:500], "completion": completion[:4000]}
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
 
 
 def _text(completion: Any) -> str:

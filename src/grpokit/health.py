@@ -1,0 +1,166 @@
+"""Run-health warnings: read GRPO's logged metrics and say in plain words what looks wrong, and the fix.
+
+Each condition is judged on the mean of the last `window` logged GRPO steps and warned about at most
+once per window (it may warn again `window` steps later if it still holds). Warnings go to the log
+and, one JSON line each, to `warnings.jsonl` in the run directory, where the report reads them.
+
+>>> monitor = HealthMonitor(window=2)
+>>> for step in (1, 2):
+...     found = monitor.observe(step, {"frac_reward_zero_std": 1.0, "rewards/correctness/mean": 0.0})
+>>> [w.condition for w in found]
+['no_signal']
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HealthWarning:
+    step: int
+    condition: str
+    message: str
+
+
+class HealthMonitor:
+    def __init__(self, window: int = 5, max_completion_length: int | None = None, path: Path | None = None) -> None:
+        if window < 2:
+            raise ValueError(f"window={window}; judge health over at least 2 steps")
+        self.window = window
+        self.max_completion_length = max_completion_length
+        self.path = path
+        self.history: deque[dict[str, float]] = deque(maxlen=window)
+        self.first: dict[str, float] | None = None  # the first full window, for trends
+        self.last_warned: dict[str, int] = {}
+        self.warnings: list[HealthWarning] = []
+        self.steps_seen = 0
+
+    def observe(self, step: int, logs: dict[str, float]) -> list[HealthWarning]:
+        """Take one logged GRPO step; return the warnings it raises (also logged and saved)."""
+        self.history.append({k: float(v) for k, v in logs.items() if isinstance(v, int | float)})
+        self.steps_seen += 1
+        found = [self._warn(step, cond, msg) for cond, msg in self._errors(logs) if self._due(step, cond)]
+        if len(self.history) < self.window:
+            return found
+        now = self._mean_window()
+        if self.first is None:
+            self.first = now
+        for condition, message in self._judge(now, self.first):
+            if self._due(step, condition):
+                found.append(self._warn(step, condition, message))
+        return found
+
+    def _mean_window(self) -> dict[str, float]:
+        keys = set().union(*self.history)
+        out = {}
+        for key in keys:
+            values = [h[key] for h in self.history if key in h and math.isfinite(h[key])]
+            if values:
+                out[key] = sum(values) / len(values)
+        return out
+
+    def _judge(self, now: dict[str, float], first: dict[str, float]):
+        w = self.window
+        correct = _find(now, "correctness")
+        zero_std = now.get("frac_reward_zero_std")
+        if zero_std is not None and zero_std >= 0.9:
+            if correct is not None and correct <= 0.05:
+                why = "the task looks too hard: almost every completion is wrong (start easier, or add a cold start)"
+            elif correct is not None and correct >= 0.95:
+                why = "the task looks too easy: almost every completion is right (make it harder: it is learned)"
+            else:
+                why = "the task is too hard or too easy, or sampling is too cold (raise grpo.temperature)"
+            yield (
+                "no_signal",
+                f"{100 * zero_std:.0f}% of groups had identical rewards over the last {w} steps, so they carry no "
+                f"learning signal; {why}, or sample more completions per prompt (grpo.num_generations).",
+            )
+        fmt_now, fmt_first = _find(now, "format"), _find(first, "format")
+        corr_first = _find(first, "correctness")
+        trend = None not in (fmt_now, fmt_first, correct, corr_first) and self.steps_seen >= 2 * w
+        if trend and fmt_now - fmt_first >= 0.2 and abs(correct - corr_first) < 0.02:
+            yield (
+                "format_not_correctness",
+                f"the format reward rose from {fmt_first:.2f} to {fmt_now:.2f} while correctness stayed at "
+                f"{correct:.2f}: the model learns the tags, not the task. Give correctness more weight, make the "
+                "task easier, or check that the verifier accepts right answers (grpokit rewards check RECIPE).",
+            )
+        clipped = now.get("completions/clipped_ratio")
+        if clipped is not None and clipped >= 0.5:
+            yield (
+                "truncated",
+                f"{100 * clipped:.0f}% of completions hit grpo.max_completion_length over the last {w} steps: "
+                "answers are cut off before </answer>. Raise max_completion_length, or discourage rambling with "
+                "the overlong_penalty reward.",
+            )
+        length, length_first = now.get("completions/mean_length"), first.get("completions/mean_length")
+        if length is not None and length_first:
+            if length < 0.4 * length_first and length < 16:
+                yield (
+                    "length_collapse",
+                    f"mean completion length fell from {length_first:.0f} to {length:.0f} tokens: the model stopped "
+                    "reasoning (often a length reward or a format reward that pays empty thoughts). Check the "
+                    "rewards with grpokit rewards check, or lower the learning rate.",
+                )
+            limit = self.max_completion_length
+            if length > 2.5 * length_first and (limit is None or length > 0.8 * limit):
+                yield (
+                    "length_explosion",
+                    f"mean completion length grew from {length_first:.0f} to {length:.0f} tokens: expect truncation "
+                    "and slow steps. Add overlong_penalty or length_cosine, or lower the learning rate.",
+                )
+        entropy = now.get("entropy")
+        if entropy is not None and entropy < 0.05:
+            yield (
+                "entropy_collapse",
+                f"policy entropy is {entropy:.3f} nats per token: sampling has become nearly deterministic, so the "
+                "group's completions agree and learning stops. Lower the learning rate, raise grpo.temperature, or "
+                "add a KL penalty (grpo.beta).",
+            )
+        kl, kl_first = now.get("kl"), first.get("kl")
+        if kl is not None and (kl > 1.0 or (kl_first is not None and kl_first > 0 and kl > 10 * kl_first > 0.05)):
+            yield (
+                "kl_growth",
+                f"KL to the reference model is {kl:.3f} (it was {kl_first or 0:.3f}): the policy is moving fast "
+                "and may be exploiting a reward. Lower the learning rate or raise grpo.beta.",
+            )
+
+    def _errors(self, logs: dict[str, float]):
+        for key, value in logs.items():
+            if key.startswith("rewards/") and key.endswith("/errors") and isinstance(value, int | float) and value > 0:
+                name = key.split("/")[1]
+                yield (
+                    f"reward_errors:{name}",
+                    f"reward {name!r} failed on {value:g} completion(s) this step (they scored 0); see "
+                    "reward_errors.jsonl in the run directory for an example.",
+                )
+
+    def _due(self, step: int, condition: str) -> bool:
+        last = self.last_warned.get(condition)
+        return last is None or step - last >= self.window
+
+    def _warn(self, step: int, condition: str, message: str) -> HealthWarning:
+        self.last_warned[condition] = step
+        warning = HealthWarning(step, condition, message)
+        self.warnings.append(warning)
+        log.warning("run health (step %d): %s", step, message)
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(asdict(warning)) + "\n")
+        return warning
+
+
+def _find(metrics: dict[str, float], reward: str) -> float | None:
+    """The mean of the first reward whose name starts with `reward` (format, format_lenient, ...), or None."""
+    for key in sorted(metrics):
+        if key.startswith(f"rewards/{reward}") and key.endswith("/mean"):
+            return metrics[key]
+    return None

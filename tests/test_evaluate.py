@@ -1,0 +1,84 @@
+import itertools
+import json
+import math
+
+import pytest
+
+from grpokit import evaluate as ev
+from grpokit.config import build_recipe
+from grpokit.tasks import build_task
+from tests.conftest import tiny_recipe
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(8, 0, 1), (8, 3, 1), (8, 3, 4), (8, 5, 4), (5, 2, 5), (6, 1, 2)])
+def test_pass_at_k_matches_counting_every_subset(n, c, k):
+    """pass@k is the share of k-subsets of the n samples that hold at least one correct sample."""
+    samples = [1] * c + [0] * (n - c)
+    hits = sum(any(s) for s in itertools.combinations(samples, k))
+    assert ev.pass_at_k(n, c, k) == pytest.approx(hits / math.comb(n, k))
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        ev.pass_at_k(4, 1, 5)
+
+
+def test_sampled_metrics_aggregate_per_problem(monkeypatch):
+    """pass@k, maj@k and the sampled format rate, from completions we choose."""
+    task = build_task("arithmetic")
+    problems = task.dataset("eval", 2)
+    right = [f"<think>x</think><answer>{p['answer']}</answer>" for p in problems]
+    wrong = "<think>x</think><answer>-1</answer>"
+    plan = {
+        None: [[right[0]], [wrong]],  # greedy: first right, second wrong
+        1.0: [[right[0], wrong, wrong, right[0]], [wrong, wrong, "no tags", right[1]]],
+    }
+
+    def fake_generate(model, tokenizer, prompts, *, temperature=None, per_prompt=1, **_):
+        completions = plan[temperature]
+        lengths = [len(c) for group in completions for c in group]
+        return ev._Generations(completions, lengths, 0, 1.0)
+
+    class Model:
+        training = False
+
+        def eval(self):
+            pass
+
+        def train(self, mode):
+            pass
+
+    class Tokenizer:
+        def apply_chat_template(self, messages, **_):
+            return messages[-1]["content"]
+
+    monkeypatch.setattr(ev, "_generate", fake_generate)
+    result = ev.evaluate(Model(), Tokenizer(), task, problems, samples_per_problem=4, k=[1, 2, 4])
+    assert result.accuracy == 0.5
+    # problem 0: 2 of 4 right; problem 1: 1 of 4 right.
+    assert result.pass_at_k["1"] == pytest.approx((2 / 4 + 1 / 4) / 2)
+    assert result.pass_at_k["2"] == pytest.approx((ev.pass_at_k(4, 2, 2) + ev.pass_at_k(4, 1, 2)) / 2)
+    assert result.pass_at_k["4"] == 1.0
+    # majority of 4: problem 0 ties 2-2 between right and -1 (first seen wins: right); problem 1: -1 wins.
+    assert result.maj_at_k["4"] == 0.5 and result.maj_at_k["1"] == 0.5
+    assert result.sampled_format_rate == 7 / 8
+    assert result.metrics()["eval/pass@4"] == 1.0
+
+
+def test_eval_command_on_a_run_directory_and_on_a_model(tiny_model_dir, tmp_path, capsys):
+    from grpokit import train
+    from grpokit.cli import main
+
+    run_dir = train.main(build_recipe(tiny_recipe(tiny_model_dir, tmp_path)))
+    out_file = tmp_path / "eval.json"
+    assert main(["eval", str(run_dir), "--n", "3", "--k", "1,2", "--out", str(out_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "eval/pass@2" in printed and "eval/maj@2" in printed
+    saved = json.loads(out_file.read_text())
+    assert saved["n"] == 3 and saved["samples_per_problem"] == 2
+    assert 0.0 <= saved["pass_at_k"]["1"] <= saved["pass_at_k"]["2"] <= 1.0
+
+    assert main(["eval", str(tiny_model_dir), "--task", "countdown", "--n", "2", "eval.max_new_tokens=4"]) == 0
+    assert "eval/accuracy" in capsys.readouterr().out
+    assert main(["eval", str(run_dir), "--k", "1,x"]) == 2
+    assert main(["eval", str(run_dir), "eval.k=[9]", "eval.samples_per_problem=2"]) == 2

@@ -1,0 +1,64 @@
+import json
+
+import pytest
+
+from grpokit.health import HealthMonitor
+
+HEALTHY = {
+    "frac_reward_zero_std": 0.4,
+    "rewards/format/mean": 0.9,
+    "rewards/correctness/mean": 0.5,
+    "completions/clipped_ratio": 0.05,
+    "completions/mean_length": 40.0,
+    "entropy": 0.6,
+    "kl": 0.01,
+}
+
+
+def feed(monitor, steps):
+    found = []
+    for step, logs in enumerate(steps, start=1):
+        found += monitor.observe(step, logs)
+    return [w.condition for w in found]
+
+
+def test_a_healthy_run_raises_nothing():
+    assert feed(HealthMonitor(window=3), [HEALTHY] * 12) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "condition", "words"),
+    [
+        ({"frac_reward_zero_std": 0.95, "rewards/correctness/mean": 0.0}, "no_signal", "too hard"),
+        ({"frac_reward_zero_std": 1.0, "rewards/correctness/mean": 1.0}, "no_signal", "too easy"),
+        ({"completions/clipped_ratio": 0.8}, "truncated", "max_completion_length"),
+        ({"entropy": 0.01}, "entropy_collapse", "temperature"),
+        ({"kl": 2.0}, "kl_growth", "beta"),
+        ({"rewards/my_reward/errors": 3}, "reward_errors:my_reward", "failed on 3"),
+    ],
+)
+def test_each_condition_is_named_with_its_fix(change, condition, words, tmp_path):
+    monitor = HealthMonitor(window=3, path=tmp_path / "warnings.jsonl")
+    assert condition in feed(monitor, [{**HEALTHY, **change}] * 3)
+    warning = next(w for w in monitor.warnings if w.condition == condition)
+    assert words in warning.message
+    saved = [json.loads(line) for line in (tmp_path / "warnings.jsonl").read_text().splitlines()]
+    assert condition in {s["condition"] for s in saved}
+
+
+def test_trends_format_up_correctness_flat_and_length():
+    early = [HEALTHY] * 3
+    late = [{**HEALTHY, "rewards/format/mean": 1.0, "rewards/correctness/mean": 0.505}] * 3
+    start = [{**HEALTHY, "rewards/format/mean": 0.2}] * 3
+    assert "format_not_correctness" in feed(HealthMonitor(window=3), start + late)
+    assert "format_not_correctness" not in feed(HealthMonitor(window=3), early + late)
+    shrinking = [HEALTHY] * 3 + [{**HEALTHY, "completions/mean_length": 8.0}] * 3
+    assert "length_collapse" in feed(HealthMonitor(window=3), shrinking)
+    growing = [HEALTHY] * 3 + [{**HEALTHY, "completions/mean_length": 120.0}] * 3
+    assert "length_explosion" in feed(HealthMonitor(window=3, max_completion_length=128), growing)
+
+
+def test_at_most_once_per_condition_per_window():
+    bad = {**HEALTHY, "entropy": 0.0}
+    conditions = feed(HealthMonitor(window=4), [bad] * 12)
+    assert conditions.count("entropy_collapse") == 3  # steps 4, 8 and 12
