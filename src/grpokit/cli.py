@@ -29,8 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--samples-per-problem", type=int, help="sampled completions per problem (default: max k)")
     ev.add_argument("--out", help="also write the result (JSON, with sample completions) here")
 
-    rep = sub.add_parser("report", help="draw a run's curves and before/after numbers (curves.png)")
+    rep = sub.add_parser("report", help="write a run's report.html: curves, before/after, warnings, samples")
     rep.add_argument("run_dir")
+
+    ex = sub.add_parser("export", help="merge a run's LoRA into its base model: a plain transformers folder")
+    ex.add_argument("run_dir")
+    ex.add_argument("out")
+
+    ch = sub.add_parser("chat", help="chat in the terminal with a run or model, using the task's system prompt")
+    ch.add_argument("target", help="a run directory, an exported folder, or a model name")
+    ch.add_argument("--prompt", help="answer this once and exit")
+    ch.add_argument("--task", help="whose system prompt to use when TARGET is not a run (default: arithmetic)")
+    ch.add_argument("--max-new-tokens", type=int, default=256)
 
     sub.add_parser("tasks", help="list registered tasks and their parameters")
     rw = sub.add_parser("rewards", help="list registered rewards, or red-team a recipe's: rewards check RECIPE")
@@ -117,6 +127,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from grpokit import export
+
+    print(f"exported: {export.main(args.run_dir, args.out)}")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from grpokit import chat
+
+    return chat.main(args.target, args.prompt, args.task, args.max_new_tokens)
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from grpokit.tasks import TASKS
 
@@ -164,7 +187,15 @@ def _default(f: dataclasses.Field) -> object:
     return "?"
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "report": cmd_report, "tasks": cmd_tasks, "rewards": cmd_rewards}
+COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "report": cmd_report,
+    "tasks": cmd_tasks,
+    "export": cmd_export,
+    "chat": cmd_chat,
+    "rewards": cmd_rewards,
+}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from grpokit.config import Recipe
+from grpokit.config import Recipe, default_report_to
 from grpokit.tasks.base import Task, render_prompt
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def run(model: Any, tokenizer: Any, task: Task, recipe: Recipe, out_dir: Path, c
         completion_only_loss=True,  # measured: loss on the whole sequence learns the format ~20x worse
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=recipe.grpo.get("report_to", default_report_to()),
         bf16=recipe.grpo.get("bf16", False),
         gradient_checkpointing=False,
         seed=recipe.seed,

@@ -265,12 +265,19 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
         raise RecipeError(f"grpo.learning_rate={lr!r}; it must be a number > 0")
     # TRL defaults bf16 to True, which fails on a CPU and is ~4x slower than fp32 on CPUs without bf16
     # units; grpokit turns it on only where a GPU supports it, unless the recipe says otherwise.
-    kwargs = {"report_to": "none", "seed": recipe.seed, "bf16": _gpu_supports_bf16(), **recipe.grpo}
+    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, "bf16": _gpu_supports_bf16(), **recipe.grpo}
     kwargs["reward_weights"] = [spec.weight for spec in recipe.rewards]
     try:
         return GRPOConfig(output_dir=str(output_dir), **kwargs)
     except (ValueError, TypeError) as err:
         raise RecipeError(f"bad value in the grpo section of {recipe.source}: {err}") from err
+
+
+def default_report_to() -> list[str]:
+    """TensorBoard when it is installed (it is a grpokit dependency); `grpo.report_to` picks others."""
+    import importlib.util
+
+    return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else []
 
 
 def _gpu_supports_bf16() -> bool:

@@ -247,18 +247,12 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 
 def main(recipe: Any, model_name: str | None = None) -> EvalResult:
     """`grpokit eval`: evaluate a model folder, hub id, run directory or the recipe's model."""
-    from grpokit.models import load_model
+    from grpokit.models import load_trained
     from grpokit.tasks import build_task
 
-    name = model_name or recipe.model.name
-    adapter = Path(name) / "adapter"
-    if adapter.is_dir():  # a run directory: base model + trained adapter
-        from peft import PeftModel
-
-        model, tokenizer = load_model(recipe.model.name, recipe.model.dtype, recipe.model.revision)
-        model = PeftModel.from_pretrained(model, str(adapter))
-    else:
-        model, tokenizer = load_model(name, recipe.model.dtype, recipe.model.revision)
+    model, tokenizer = load_trained(
+        model_name or recipe.model.name, recipe.model.name, recipe.model.dtype, recipe.model.revision
+    )
     task = build_task(recipe.task.name, recipe.task.params)
     return evaluate_recipe(model, tokenizer, task, task.dataset("eval", recipe.eval.n), recipe)
 

@@ -136,3 +136,18 @@ def load_model(name: str, dtype: str = "auto", revision: str | None = None) -> t
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def load_trained(
+    target: str | Path, base_name: str, dtype: str = "auto", revision: str | None = None
+) -> tuple[Any, Any]:
+    """A run directory's trained model (base + `adapter/`, or its full `model/`), else `target` as a model name."""
+    target_path = Path(target)
+    if (target_path / "adapter").is_dir():
+        from peft import PeftModel
+
+        model, tokenizer = load_model(base_name, dtype, revision)
+        return PeftModel.from_pretrained(model, str(target_path / "adapter")), tokenizer
+    if (target_path / "model").is_dir() and (target_path / "recipe.yaml").is_file():
+        return load_model(str(target_path / "model"), dtype)
+    return load_model(str(target), dtype, revision)

@@ -1,13 +1,27 @@
-"""`grpokit report RUN`: pictures of a run, drawn from its saved JSON only (never reruns a model).
+"""`grpokit report RUN`: one self-contained HTML page about a run, from its saved files only.
 
-Writes `curves.png` into the run directory: the reward per function over GRPO steps, and held-out
-accuracy and format rate before training, after the cold start and after GRPO.
+The page (`report.html` in the run directory) needs no network and no script: pictures are PNGs
+embedded as data URIs, and model output is HTML-escaped (it is data). It shows the before/after
+table, reward and per-reward curves, held-out accuracy and format over steps, completion lengths, the
+run-health warnings, and the same held-out prompts' completions at each checkpoint with every reward's
+score. `curves.png` (rewards and before/after) is written beside it for READMEs and quick looks.
+The model is never rerun; rewards are rescored from the saved completions.
 """
 
 from __future__ import annotations
 
+import base64
+import html
+import io
 import json
+import logging
 from pathlib import Path
+from typing import Any
+
+from grpokit import plots
+
+log = logging.getLogger(__name__)
+SAMPLE_PROMPTS = 4  # prompts followed across checkpoints
 
 
 def load_metrics(run_dir: Path) -> list[dict]:
@@ -17,43 +31,198 @@ def load_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(label, saved EvalResult) in training order: before, cold start, each step, after."""
+    found = []
+    for label in ("before", "cold_start"):
+        if (result := _read_json(run_dir / f"eval_{label}.json")) is not None:
+            found.append((label, result))
+    for path in sorted((run_dir / "evals").glob("step_*.json")):
+        found.append((f"step {int(path.stem.removeprefix('step_'))}", _read_json(path)))
+    if (result := _read_json(run_dir / "eval_after.json")) is not None:
+        found.append(("after", result))
+    return found
+
+
 def main(run_dir: str | Path) -> Path:
+    """Write report.html and curves.png into the run directory; return the page's path."""
+    run_dir = Path(run_dir)
+    summary = _read_json(run_dir / "summary.json")
+    if summary is None:
+        raise FileNotFoundError(f"{run_dir} has no summary.json: it is not a finished grpokit run directory")
+    metrics = load_metrics(run_dir)
+    grpo = [row for row in metrics if row.get("stage") == "grpo" and "reward" in row]
+    cold = [row for row in metrics if row.get("stage") == "cold_start"]
+    recipe = _read_json_yaml(run_dir / "recipe.yaml")
+    limit = (recipe.get("grpo") or {}).get("max_completion_length")
+    evals = {label: result for label, result in checkpoints(run_dir) if not label.startswith("step")}
+    last_step = max((row["step"] for row in grpo), default=0)
+
+    points = []
+    for label, result in checkpoints(run_dir):
+        x = last_step if label == "after" else 0 if label in ("before", "cold_start") else int(label.split()[1])
+        points.append((x, label, result))
+    pictures = {
+        "Rewards": plots.rewards(grpo),
+        "Held-out accuracy over training": plots.eval_over_steps(points),
+        "Before and after": plots.before_after(evals),
+        "Completion length": plots.lengths(grpo, limit),
+        "Cold start": plots.cold_start_loss(cold),
+    }
+    _write_curves_png(run_dir, pictures)
+    warnings = [json.loads(line) for line in _lines(run_dir / "warnings.jsonl")]
+    page = _page(run_dir, recipe, summary, evals, pictures, warnings, _samples(run_dir, recipe))
+    out = run_dir / "report.html"
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def _write_curves_png(run_dir: Path, pictures: dict[str, bytes | None]) -> None:
+    """The rewards and before/after pictures side by side, as one PNG (the README shows it)."""
     import matplotlib
 
-    matplotlib.use("Agg")  # files only: no display needed
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run_dir = Path(run_dir)
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no summary.json: it is not a finished grpokit run directory")
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    grpo = [row for row in load_metrics(run_dir) if row.get("stage") == "grpo" and "reward" in row]
-    reward_keys = sorted({k for row in grpo for k in row if k.startswith("rewards/") and k.endswith("/mean")})
-
-    fig, (curves, bars) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
-    steps = [row["step"] for row in grpo]
-    for key in [*reward_keys, "reward"]:
-        label = "reward (weighted sum)" if key == "reward" else key.removesuffix("/mean")
-        curves.plot(steps, [row.get(key) for row in grpo], marker=".", label=label)
-    curves.set(title="GRPO rewards per step (sampled completions)", xlabel="step", ylabel="mean reward")
-    curves.grid(alpha=0.3)
-    curves.legend(fontsize=8)
-
-    stages = list(summary["evals"])
-    width = 0.38
-    for offset, (metric, label) in enumerate([("accuracy", "accuracy"), ("format_rate", "format")]):
-        values = [100 * summary["evals"][s][metric] for s in stages]
-        xs = [i + (offset - 0.5) * width for i in range(len(stages))]
-        drawn = bars.bar(xs, values, width, label=label)
-        bars.bar_label(drawn, fmt="%.1f", fontsize=8)
-    n = summary["evals"][stages[0]]["n"] if stages else 0
-    bars.set(
-        title=f"held-out, greedy (n={n})", ylabel="%", ylim=(0, 110), xticks=range(len(stages)), xticklabels=stages
-    )
-    bars.legend(fontsize=8, loc="upper left")
+    shown = [p for p in (pictures["Rewards"], pictures["Before and after"]) if p]
+    if not shown:
+        return
+    fig, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown), 3.8))
+    for ax, png in zip([axes] if len(shown) == 1 else axes, shown, strict=True):
+        ax.imshow(plt.imread(io.BytesIO(png), format="png"))
+        ax.axis("off")
     fig.tight_layout()
-    out = run_dir / "curves.png"
-    fig.savefig(out, dpi=110)
+    fig.savefig(run_dir / "curves.png", dpi=110)
     plt.close(fig)
-    return out
+
+
+def _lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.is_file() else []
+
+
+def _read_json_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+
+
+def _samples(run_dir: Path, recipe: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first held-out prompts, each with its completion and per-reward scores at every checkpoint."""
+    scorers = _scorers(run_dir)
+    rows: dict[str, dict[str, Any]] = {}
+    for label, result in checkpoints(run_dir):
+        for sample in result.get("samples", []):
+            question = sample["question"]
+            if question not in rows and len(rows) >= SAMPLE_PROMPTS:
+                continue
+            row = rows.setdefault(question, {"question": question, "answer": sample.get("answer"), "at": []})
+            scores = {"correct": float(sample.get("correct", 0)), "format": float(sample.get("format", 0))}
+            for name, score in scorers:
+                try:
+                    scores[name] = score(sample["completion"], sample)
+                except Exception as err:  # a report never fails on one sample
+                    scores[name] = f"error: {type(err).__name__}"
+            row["at"].append({"label": label, "completion": sample["completion"], "scores": scores})
+    return list(rows.values())
+
+
+def _scorers(run_dir: Path) -> list[tuple[str, Any]]:
+    """The run's rewards, rebuilt from its recipe.yaml; none if the recipe or task cannot be rebuilt."""
+    try:
+        from grpokit.config import load_recipe
+        from grpokit.parsing import normalize_completion
+        from grpokit.rewards import make_reward
+        from grpokit.tasks import build_task
+
+        recipe = load_recipe(run_dir / "recipe.yaml")
+        task = build_task(recipe.task.name, recipe.task.params)
+        out = []
+        for spec in recipe.rewards:
+            reward = make_reward(spec.name, task, spec.params)
+            out.append(
+                (spec.name, lambda text, row, reward=reward: round(float(reward(normalize_completion(text), row)), 3))
+            )
+        return out
+    except Exception as err:  # the report still shows what was saved
+        log.warning("report: per-reward scores left out (%s: %s)", type(err).__name__, err)
+        return []
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th{background:#f4f4f4}td.l,th.l{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.3em 0}
+pre{white-space:pre-wrap;background:#f8f8f8;padding:.5em;margin:.2em 0;font-size:.85em;max-height:14em;overflow:auto}
+.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.4em .8em;margin:.4em 0}
+.ok{color:#1a7f37}.bad{color:#b42318}.muted{color:#777}
+"""
+
+
+def _page(
+    run_dir: Path,
+    recipe: dict[str, Any],
+    summary: dict[str, Any],
+    evals: dict[str, dict[str, Any]],
+    pictures: dict[str, bytes | None],
+    warnings: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+) -> str:
+    e = html.escape
+    model = (recipe.get("model") or {}).get("name", "?")
+    task = (recipe.get("task") or {}).get("name", "?")
+    seconds = summary.get("seconds", {})
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>grpokit report: {e(run_dir.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>grpokit run {e(run_dir.parent.name)}/{e(run_dir.name)}</h1>",
+        f"<p>model <b>{e(str(model))}</b>, task <b>{e(str(task))}</b>, "
+        f"wall time {seconds.get('total', 0) / 60:.1f} min</p>",
+        "<h2>Before and after</h2>",
+        _results_table(evals),
+    ]
+    for note in summary.get("data_notes", []):
+        parts.append(f"<div class='warn'>data: {e(note)}</div>")
+    parts.append("<h2>Run health</h2>")
+    if warnings:
+        parts += [f"<div class='warn'>step {w['step']}: {e(w['message'])}</div>" for w in warnings]
+    else:
+        parts.append("<p class='ok'>No warnings.</p>")
+    for title, png in pictures.items():
+        if png:
+            data = base64.b64encode(png).decode("ascii")
+            parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' src='data:image/png;base64,{data}'>")
+    parts.append("<h2>Sample completions, same prompts at each checkpoint</h2>")
+    if not samples:
+        parts.append("<p class='muted'>No saved samples.</p>")
+    for sample in samples:
+        parts.append(f"<h3>{e(sample['question'])}</h3><p>gold answer: <b>{e(str(sample['answer']))}</b></p>")
+        for at in sample["at"]:
+            scores = ", ".join(f"{e(k)} {e(str(v))}" for k, v in at["scores"].items())
+            mark = "ok" if at["scores"].get("correct") else "bad"
+            parts.append(f"<p class='{mark}'>{e(at['label'])}: {scores}</p><pre>{e(at['completion'])}</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _results_table(evals: dict[str, dict[str, Any]]) -> str:
+    if not evals:
+        return "<p class='muted'>No evaluations saved.</p>"
+    ks = sorted({k for r in evals.values() for k in r.get("pass_at_k", {})}, key=int)
+    head = ["stage", "n", "accuracy", "format", *[f"pass@{k}" for k in ks], *[f"maj@{k}" for k in ks]]
+    head += ["mean tokens", "truncated"]
+    rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for stage, r in evals.items():
+        cells = [stage.replace("_", " "), str(r.get("n", "")), _pct(r.get("accuracy")), _pct(r.get("format_rate"))]
+        cells += [_pct(r.get("pass_at_k", {}).get(k)) for k in ks] + [_pct(r.get("maj_at_k", {}).get(k)) for k in ks]
+        cells += [f"{r.get('mean_completion_tokens', 0):.1f}", _pct(r.get("truncation_rate"))]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return "\n".join([*rows, "</table>"])
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.1f}%"

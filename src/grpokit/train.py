@@ -110,7 +110,7 @@ def main(recipe: Recipe) -> Path:
         stages["total"] = time.perf_counter() - started
         write_summary(run_dir, results, stages, task.notes())
         log.info("\n%s", format_table(results, stages))
-        log.info("curves: %s", report.main(run_dir))
+        log.info("report: %s (open it in a browser; curves.png beside it)", report.main(run_dir))
         return run_dir
     finally:
         root.removeHandler(log_file)

@@ -1,0 +1,65 @@
+"""`grpokit export RUN OUT`: one plain transformers model folder from a run (LoRA merged in).
+
+The folder loads with `transformers.pipeline("text-generation", model=OUT)` and nothing else: merged
+weights (safetensors), tokenizer, generation config, and a chat template whose default system
+message is the task's instruction, so a plain chat call answers in the trained
+`<think>…</think><answer>…</answer>` format. `grpokit_export.json` records where it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def default_system_template(template: str, system_prompt: str) -> str:
+    """Wrap a chat template so that a conversation without a system message gets `system_prompt`.
+
+    >>> from jinja2 import Template
+    >>> t = "{% for m in messages %}[{{ m.role }}: {{ m.content }}]{% endfor %}"
+    >>> Template(default_system_template(t, "Think first.")).render(messages=[{"role": "user", "content": "hi"}])
+    '[system: Think first.][user: hi]'
+    """
+    escaped = json.dumps(system_prompt)  # a valid Jinja string literal
+    prefix = (
+        "{%- if not messages or messages[0]['role'] != 'system' -%}"
+        f"{{%- set messages = [{{'role': 'system', 'content': {escaped}}}] + messages -%}}"
+        "{%- endif -%}"
+    )
+    return prefix + template
+
+
+def main(run_dir: str | Path, out: str | Path) -> Path:
+    from grpokit.config import load_recipe
+    from grpokit.models import load_trained
+    from grpokit.tasks import get_task_class
+
+    run_dir, out = Path(run_dir), Path(out)
+    recipe_path = run_dir / "recipe.yaml"
+    if not recipe_path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no recipe.yaml: export takes a grpokit run directory")
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty; choose a new folder (nothing was written)")
+    recipe = load_recipe(recipe_path)
+    model, tokenizer = load_trained(run_dir, recipe.model.name, recipe.model.dtype, recipe.model.revision)
+    if hasattr(model, "merge_and_unload"):
+        log.info("merging the LoRA adapter into the base weights")
+        model = model.merge_and_unload()
+    system_prompt = recipe.task.system_prompt or get_task_class(recipe.task.name).system_prompt
+    tokenizer.chat_template = default_system_template(tokenizer.chat_template, system_prompt)
+    tokenizer.padding_side = "left"
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    provenance = {
+        "run": str(run_dir.resolve()),
+        "base_model": recipe.model.name,
+        "task": recipe.task.name,
+        "system_prompt": system_prompt,
+    }
+    (out / "grpokit_export.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+    log.info("exported to %s", out)
+    return out

@@ -1,0 +1,78 @@
+"""The report page: self-contained, every picture present, and it renders in headless Chromium."""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from grpokit import report
+from grpokit.config import build_recipe
+from tests.conftest import tiny_recipe
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_model_dir, tmp_path_factory):
+    from grpokit import train
+
+    out = tmp_path_factory.mktemp("report")
+    raw = tiny_recipe(tiny_model_dir, out, grpo={"max_steps": 3}, eval={"every": 1, "every_n": 2, "samples": 3})
+    return train.main(build_recipe(raw))
+
+
+def test_the_page_is_self_contained_and_complete(run_dir):
+    page = report.main(run_dir).read_text(encoding="utf-8")
+    images = re.findall(r"src='data:image/png;base64,", page)
+    assert len(images) >= 4  # rewards, accuracy over steps, before/after, lengths
+    assert "<script" not in page and "<link" not in page and "http://" not in page and "https://" not in page
+    for heading in ("Before and after", "Run health", "Rewards", "Completion length", "Sample completions"):
+        assert heading in page
+    # The same prompt at every checkpoint, each with every reward's score.
+    for label in ("before:", "step 1:", "step 2:", "after:"):
+        assert label in page
+    assert re.search(r"format [01]\.0+, correctness [01]\.0+", page)
+    assert (run_dir / "curves.png").stat().st_size > 10_000
+
+
+def test_model_output_is_escaped(run_dir, tmp_path):
+    copy = shutil.copytree(run_dir, tmp_path / "run")
+    saved = json.loads((copy / "eval_after.json").read_text())
+    saved["samples"][0]["completion"] = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    (copy / "eval_after.json").write_text(json.dumps(saved))
+    page = report.main(copy).read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_the_page_renders_in_headless_chromium(run_dir, tmp_path):
+    """Needs Debian's chromium and chromium-driver: `make test` installs them (and requires them)."""
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        if os.environ.get("GRPOKIT_REQUIRE_BROWSER"):
+            pytest.fail("chromium/chromedriver missing: install the Debian packages chromium chromium-driver")
+        pytest.skip("chromium/chromedriver not installed (make test installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,2400"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        driver.get(report.main(run_dir).as_uri())
+        widths = driver.execute_script("return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)")
+        assert len(widths) >= 4 and all(w > 100 for w in widths), widths  # every plot decoded
+        shot = tmp_path / "report.png"
+        assert driver.save_screenshot(str(shot))
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert errors == []
+    finally:
+        driver.quit()
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB").resize((120, 240))
+    pixels = list(image.getdata())
+    not_white = sum(1 for p in pixels if sum(p) < 720) / len(pixels)
+    colours = len(set(pixels))
+    assert not_white > 0.05 and colours > 50, (not_white, colours)  # text and coloured curves, not a blank page
