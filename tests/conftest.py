@@ -86,7 +86,6 @@ def tiny_recipe(model_dir: Path, out_dir: Path, **sections: dict) -> dict:
             "bf16": False,
             "activation_checkpointing": False,
             "logging_steps": 1,
-            "save_strategy": "no",
         },
         "eval": {"n": 6, "max_new_tokens": 8, "batch_size": 6, "samples": 2},  # a smoke-sized eval
         "output": {"dir": str(out_dir), "name": "tiny"},

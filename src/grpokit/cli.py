@@ -18,6 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     train = sub.add_parser("train", help="train a recipe: eval before, cold start, GRPO, eval after")
     train.add_argument("recipe")
     train.add_argument("overrides", nargs="*", help="key.sub=value, e.g. grpo.max_steps=10")
+    train.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        metavar="RUN_DIR",
+        help="continue a run from its last complete checkpoint (default: this recipe's newest resumable run)",
+    )
 
     ev = sub.add_parser("eval", help="held-out accuracy, format rate, pass@k and maj@k of a run, recipe or model")
     ev.add_argument("target", help="a recipe .yaml, a run directory, or a model: folder, hub id or 'embedded'")
@@ -67,8 +74,19 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides)  # every check runs before a model loads
     from grpokit import train
+    from grpokit.checkpoints import TrainingInterrupted, latest_resumable_run
 
-    run_dir = train.main(recipe)
+    resume = args.resume
+    if resume == "latest":
+        base = Path(recipe.output.dir) / (recipe.output.name or "run")
+        resume = latest_resumable_run(base)
+        if resume is None:
+            raise RecipeError(f"nothing to resume: no run under {base} has a complete checkpoint")
+    try:
+        run_dir = train.main(recipe, resume=resume)
+    except TrainingInterrupted as stopped:
+        print(f"grpokit: {stopped}", file=sys.stderr)
+        return 130
     print(f"run directory: {run_dir}")
     return 0
 

@@ -150,6 +150,14 @@ class OutputSection:
     # Each run gets its own directory: {dir}/{name}/{timestamp}; nothing is ever overwritten.
     dir: str = "runs"
     name: str | None = None  # None: the recipe file's name
+    # GRPO checkpoints (adapter or model, optimizer, scheduler, RNG, data position) every N steps, keeping
+    # the last `keep`; 0 turns them off (Ctrl-C and SIGTERM still save one). `--resume` continues.
+    save_every: int = 10
+    keep: int = 2
+
+    def validate(self) -> None:
+        if self.save_every < 0 or self.keep < 1:
+            raise RecipeError(f"output.save_every={self.save_every}, output.keep={self.keep}; use >= 0 and >= 1")
 
 
 @dataclass
@@ -231,7 +239,7 @@ def validate_recipe(recipe: Recipe) -> None:
     from grpokit.rewards import REWARDS, get_reward_factory
     from grpokit.tasks import build_task
 
-    for section in (recipe.model, recipe.lora, recipe.task, recipe.cold_start, recipe.eval):
+    for section in (recipe.model, recipe.lora, recipe.task, recipe.cold_start, recipe.eval, recipe.output):
         section.validate()
     task = build_task(recipe.task.name, recipe.task.params)
     if not recipe.rewards:
@@ -265,7 +273,16 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
         raise RecipeError(f"grpo.learning_rate={lr!r}; it must be a number > 0")
     # TRL defaults bf16 to True, which fails on a CPU and is ~4x slower than fp32 on CPUs without bf16
     # units; grpokit turns it on only where a GPU supports it, unless the recipe says otherwise.
+    owned = sorted({"save_strategy", "save_steps", "save_total_limit", "output_dir"} & set(recipe.grpo))
+    if owned:
+        raise RecipeError(
+            f"grpo.{owned[0]} is set by grpokit: use output.save_every and output.keep for checkpoints "
+            "(the run directory holds them)"
+        )
     kwargs = {"report_to": default_report_to(), "seed": recipe.seed, "bf16": _gpu_supports_bf16(), **recipe.grpo}
+    kwargs["save_strategy"] = "steps" if recipe.output.save_every else "no"
+    kwargs["save_steps"] = recipe.output.save_every or 500
+    kwargs["save_total_limit"] = recipe.output.keep
     kwargs["reward_weights"] = [spec.weight for spec in recipe.rewards]
     try:
         return GRPOConfig(output_dir=str(output_dir), **kwargs)

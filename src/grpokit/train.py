@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ from typing import Any
 import yaml
 
 from grpokit import cold_start, report
+from grpokit.checkpoints import (
+    StopOnSignal,
+    TrainingInterrupted,
+    checkpoint_step,
+    complete_checkpoints,
+    truncate_metrics,
+)
 from grpokit.config import Recipe, RecipeError, build_grpo_config
 from grpokit.evaluate import EvalResult, evaluate_recipe
 from grpokit.health import HealthMonitor
@@ -38,18 +46,25 @@ from grpokit.tasks.base import render_prompt, think_prefilled
 log = logging.getLogger(__name__)
 
 
-def main(recipe: Recipe) -> Path:
+def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[Any] = ()) -> Path:
+    """Train `recipe` in a new run directory, or continue `resume` (a run directory) from its last checkpoint.
+
+    `callbacks` are extra transformers TrainerCallbacks for the GRPO stage.
+    """
     import transformers
 
     from grpokit.trainer import GrpoTrainer
 
-    run_dir = make_run_dir(recipe)
+    run_dir, checkpoint = prepare_resume(recipe, Path(resume)) if resume else (make_run_dir(recipe), None)
     root = logging.getLogger()
     log_file, previous_level = attach_log_file(run_dir / "train.log"), root.level
     root.setLevel(min(previous_level, logging.INFO))  # train.log keeps INFO even when the caller set less
     try:
-        (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
-        log.info("run directory: %s", run_dir)
+        if checkpoint is None:
+            (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
+            log.info("run directory: %s", run_dir)
+        else:
+            log.info("resuming %s from %s", run_dir, checkpoint.name)
         transformers.set_seed(recipe.seed)
         started = time.perf_counter()
         stages: dict[str, float] = {}
@@ -65,13 +80,15 @@ def main(recipe: Recipe) -> Path:
             log.warning("data: %s", note)
         prefilled = think_prefilled(train_data[0]["prompt"])
 
-        results = {"before": run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")}
-        stages["eval_before"] = results["before"].seconds
+        results = saved_results(run_dir) if checkpoint else {}
+        if "before" not in results:
+            results["before"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")
+            stages["eval_before"] = results["before"].seconds
 
         if recipe.lora.enabled:
             model = attach_lora(model, recipe)
         metrics = MetricsLog(run_dir / "metrics.jsonl")
-        if recipe.cold_start.enabled:
+        if recipe.cold_start.enabled and checkpoint is None:  # a GRPO checkpoint already holds its result
             t0 = time.perf_counter()
             metrics.stage = "cold_start"
             model = cold_start.run(model, tokenizer, task, recipe, run_dir / "cold_start", [metrics.callback()])
@@ -88,20 +105,27 @@ def main(recipe: Recipe) -> Path:
         metrics.health = HealthMonitor(
             window=5, max_completion_length=args.max_completion_length, path=run_dir / "warnings.jsonl"
         )
+        stop = StopOnSignal()
         trainer = GrpoTrainer(
             model=model,
             reward_funcs=rewards,
             args=args,
             train_dataset=train_data,
             processing_class=tokenizer,
-            callbacks=[metrics.callback()],
+            callbacks=[metrics.callback(), stop.callback(), *callbacks],
         )
         if recipe.eval.every:
             periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: recipe.eval.every_n], recipe, run_dir)
             trainer.add_callback(periodic.callback())
         t0 = time.perf_counter()
-        trainer.train()
+        with stop:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         stages["grpo"] = time.perf_counter() - t0
+        if stop.requested:
+            raise TrainingInterrupted(
+                f"{stop.requested}: stopped after step {trainer.state.global_step} with a checkpoint in "
+                f"{run_dir / 'grpo'}; continue with: grpokit train {recipe.source} --resume {run_dir}"
+            )
         trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
         model = trainer.model
         save_model(model, tokenizer, run_dir, recipe)
@@ -116,6 +140,41 @@ def main(recipe: Recipe) -> Path:
         root.removeHandler(log_file)
         root.setLevel(previous_level)
         log_file.close()
+
+
+def prepare_resume(recipe: Recipe, run_dir: Path) -> tuple[Path, Path]:
+    """Check that `run_dir` is this recipe's run with a complete checkpoint; return it and the checkpoint."""
+    saved_path = run_dir / "recipe.yaml"
+    if not saved_path.is_file():
+        raise RecipeError(f"cannot resume {run_dir}: it has no recipe.yaml, so it is not a grpokit run directory")
+    saved = yaml.safe_load(saved_path.read_text(encoding="utf-8"))
+    current = recipe.to_dict()
+    changed = sorted(k for k in set(saved) | set(current) if k != "output" and saved.get(k) != current.get(k))
+    if changed:
+        raise RecipeError(
+            f"cannot resume {run_dir}: the recipe's {', '.join(changed)} section changed since the run started; "
+            "resume with the same recipe and overrides, or start a new run"
+        )
+    found = complete_checkpoints(run_dir / "grpo")
+    if not found:
+        raise RecipeError(
+            f"cannot resume {run_dir}: it has no complete GRPO checkpoint (runs save every output.save_every "
+            "steps and on Ctrl-C); start a new run"
+        )
+    checkpoint = found[-1]
+    dropped = truncate_metrics(run_dir / "metrics.jsonl", "grpo", checkpoint_step(checkpoint))
+    if dropped:
+        log.info("dropped %d metric rows logged after %s: those steps run again", dropped, checkpoint.name)
+    return run_dir, checkpoint
+
+
+def saved_results(run_dir: Path) -> dict[str, EvalResult]:
+    out = {}
+    for label in ("before", "cold_start"):
+        path = run_dir / f"eval_{label}.json"
+        if path.is_file():
+            out[label] = EvalResult(**json.loads(path.read_text(encoding="utf-8")))
+    return out
 
 
 def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:

@@ -1,4 +1,5 @@
-"""TRL's GRPOTrainer with one saving: no training pass over completions that carry no gradient.
+"""TRL's GRPOTrainer with one saving (no training pass over completions that carry no gradient), per-reward
+error counts in the logs, and checkpoints marked complete only once fully written.
 
 A group whose completions all get the same reward has advantage 0 for every completion. With no KL
 term (beta = 0), no entropy bonus, and a loss normalised by the generation batch's token count (TRL's
@@ -11,10 +12,13 @@ once the cold start has taught the format, so that share of the training pass wa
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
+
+from grpokit.checkpoints import mark_complete
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,12 @@ class GrpoTrainer(GRPOTrainer):
                 "no entropy bonus and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:  # the main process marks the checkpoint complete, last
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            mark_complete(folder, self.state.global_step)
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         batch = super()._generate_and_score_completions(inputs)

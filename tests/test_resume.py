@@ -1,0 +1,102 @@
+"""Checkpoints, exact resume, and a clean stop on a signal."""
+
+import json
+import os
+import signal
+
+import pytest
+from transformers import TrainerCallback
+
+from grpokit import train
+from grpokit.checkpoints import MARKER, TrainingInterrupted, complete_checkpoints
+from grpokit.config import RecipeError, build_recipe
+from tests.conftest import tiny_recipe
+
+
+class SignalAt(TrainerCallback):
+    """Sends a real SIGINT (or SIGTERM) to this process as step `step` begins, like Ctrl-C mid-run."""
+
+    def __init__(self, step, signum=signal.SIGINT):
+        self.step, self.signum = step, signum
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step - 1:
+            os.kill(os.getpid(), self.signum)
+
+
+def adapter_weights(run_dir):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))
+
+
+def recipe(tiny_model_dir, out, **output):
+    raw = tiny_recipe(
+        tiny_model_dir,
+        out,
+        grpo={"max_steps": 4},
+        output={"dir": str(out), "name": "tiny", "save_every": 2, "keep": 2, **output},
+    )
+    return build_recipe(raw)
+
+
+def test_resume_reproduces_the_straight_run(tiny_model_dir, tmp_path):
+    import torch
+
+    straight = train.main(recipe(tiny_model_dir, tmp_path / "straight"))
+    assert [p.name for p in complete_checkpoints(straight / "grpo")] == ["checkpoint-2", "checkpoint-4"]
+
+    halted = recipe(tiny_model_dir, tmp_path / "halted")
+    with pytest.raises(TrainingInterrupted, match=r"SIGINT: stopped after step 2 .* --resume"):
+        train.main(halted, callbacks=[SignalAt(2)])
+    (run_dir,) = (tmp_path / "halted" / "tiny").iterdir()
+    assert [p.name for p in complete_checkpoints(run_dir / "grpo")] == ["checkpoint-2"]
+    assert not (run_dir / "adapter").exists()
+
+    resumed = train.main(halted, resume=run_dir)
+    assert resumed == run_dir
+    a, b = adapter_weights(straight), adapter_weights(resumed)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=1e-6), name
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["stage"] == "grpo" and "reward" in r] == [1, 2, 3, 4]
+    assert json.loads((run_dir / "summary.json").read_text())["evals"]["before"]["n"] == 6
+
+
+def test_sigterm_also_saves_and_an_unfinished_checkpoint_is_ignored(tiny_model_dir, tmp_path):
+    halted = recipe(tiny_model_dir, tmp_path, save_every=0)
+    with pytest.raises(TrainingInterrupted, match="SIGTERM"):
+        train.main(halted, callbacks=[SignalAt(1, signal.SIGTERM)])
+    (run_dir,) = (tmp_path / "tiny").iterdir()
+    (checkpoint,) = complete_checkpoints(run_dir / "grpo")
+    # A crash while writing checkpoint-3: the folder exists, the marker does not.
+    broken = run_dir / "grpo" / "checkpoint-3"
+    broken.mkdir()
+    (broken / "adapter_model.safetensors").write_bytes(b"half a file")
+    assert complete_checkpoints(run_dir / "grpo") == [checkpoint]
+    assert (checkpoint / MARKER).is_file()
+
+
+def test_resume_refuses_a_changed_recipe_or_a_run_without_checkpoints(tiny_model_dir, tmp_path):
+    first = recipe(tiny_model_dir, tmp_path)
+    with pytest.raises(TrainingInterrupted):
+        train.main(first, callbacks=[SignalAt(1)])
+    (run_dir,) = (tmp_path / "tiny").iterdir()
+    changed = build_recipe({**tiny_recipe(tiny_model_dir, tmp_path), "grpo": {**first.grpo, "learning_rate": 0.5}})
+    with pytest.raises(RecipeError, match="the recipe's grpo section changed"):
+        train.main(changed, resume=run_dir)
+    with pytest.raises(RecipeError, match="no recipe.yaml"):
+        train.main(first, resume=tmp_path)
+
+
+def test_cli_resume_finds_the_newest_resumable_run(tiny_model_dir, tmp_path, capsys):
+    import yaml
+
+    from grpokit.cli import main
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path, grpo={"max_steps": 2}, output={"dir": str(tmp_path), "name": "tiny"})
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["train", str(path), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
