@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -66,7 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return COMMANDS[args.command](args)
-    except (RecipeError, FileNotFoundError, OSError) as err:
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            print(
+                f"grpokit: error: the disk is full ({err}). Free some space or set output.dir to another disk; "
+                "what was already saved is intact, and grpokit train RECIPE --resume continues from the last "
+                "complete checkpoint.",
+                file=sys.stderr,
+            )
+        else:
+            print(f"grpokit: error: {err}", file=sys.stderr)
+        return 2
+    except RecipeError as err:
         print(f"grpokit: error: {err}", file=sys.stderr)
         return 2
 

@@ -46,6 +46,14 @@ class ModelSection:
             raise RecipeError("model.name is empty; use 'embedded', a hub id or a local folder")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise RecipeError(f"model.dtype={self.dtype!r}; use auto, float32, bfloat16 or float16")
+        path = Path(self.name).expanduser()
+        local = self.name.startswith((".", "/", "~")) or self.name.count("/") > 1
+        if local and not path.exists():
+            raise RecipeError(
+                f"model.name={self.name!r}: no such folder; use 'embedded', a hub id (org/name) or a saved model folder"
+            )
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise RecipeError(f"model.name={self.name!r}: the folder has no config.json, so it is not a saved model")
 
 
 @dataclass
@@ -85,10 +93,14 @@ class RewardSpec:
     name: str
     weight: float = 1.0
     params: dict[str, Any] = field(default_factory=dict)
+    # Seconds one sample may take; past it the sample scores 0 and counts as an error (0: no limit).
+    timeout: float = 10.0
 
     def validate(self) -> None:
         if self.weight != self.weight or abs(self.weight) == float("inf"):
             raise RecipeError(f"reward {self.name!r} has weight {self.weight}; use a finite number")
+        if not self.timeout >= 0:
+            raise RecipeError(f"reward {self.name!r} has timeout {self.timeout}; use seconds >= 0 (0: no limit)")
 
 
 @dataclass

@@ -97,7 +97,13 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             results["cold_start"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "cold_start")
 
         rewards = [
-            to_trl(spec.name, make_reward(spec.name, task, spec.params), prefilled, run_dir / "reward_errors.jsonl")
+            to_trl(
+                spec.name,
+                make_reward(spec.name, task, spec.params),
+                prefilled,
+                run_dir / "reward_errors.jsonl",
+                spec.timeout or None,
+            )
             for spec in recipe.rewards
         ]
         args = build_grpo_config(recipe, run_dir / "grpo")

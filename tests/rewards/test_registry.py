@@ -74,3 +74,20 @@ def test_a_failing_reward_scores_zero_and_is_counted(tmp_path):
     assert trl_reward.errors == 3
     (entry,) = [line for line in log.read_text().splitlines()]  # one example per reward, not one per failure
     assert "RuntimeError: verifier crashed" in entry and '"completion": "boom"' in entry
+
+
+def test_a_hanging_reward_is_cut_off_and_the_next_sample_is_scored():
+    import threading
+
+    release = threading.Event()
+
+    def sometimes_hangs(completion, example):
+        if completion == "hang":
+            release.wait(30)  # a verifier stuck on one pathological input
+        return 1.0
+
+    trl_reward = to_trl("slow", sometimes_hangs, timeout=0.2)
+    # Had the adapter waited for the stuck call, it would have scored 1.0 (after 30 s).
+    assert trl_reward([""] * 3, ["ok", "hang", "ok"]) == [1.0, 0.0, 1.0]
+    assert trl_reward.errors == 1
+    release.set()

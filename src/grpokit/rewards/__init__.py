@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import queue
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,13 +23,16 @@ Reward = Callable[[str, dict[str, Any]], float]
 RewardFactory = Callable[..., Reward]
 
 REWARDS: dict[str, RewardFactory] = {}
+BOUNDS: dict[str, tuple[float, float]] = {}  # each reward's range with its default parameters
+DEFAULT_TIMEOUT_S = 10.0
 
 
-def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
+def register_reward(name: str, bounds: tuple[float, float] = (0.0, 1.0)) -> Callable[[RewardFactory], RewardFactory]:
     def decorator(factory: RewardFactory) -> RewardFactory:
         if name in REWARDS:
             raise ValueError(f"reward {name!r} is registered twice")
         REWARDS[name] = factory
+        BOUNDS[name] = bounds
         return factory
 
     return decorator
@@ -47,14 +52,20 @@ def make_reward(name: str, task: Task, params: dict[str, Any] | None = None) -> 
 
 
 def to_trl(
-    name: str, reward: Reward, think_prefilled: bool = False, error_log: Path | None = None
+    name: str,
+    reward: Reward,
+    think_prefilled: bool = False,
+    error_log: Path | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT_S,
 ) -> Callable[..., list[float]]:
     """TRL calls reward functions with the batch: prompts, completions and each dataset column as a list.
 
-    A reward that raises, or returns NaN or infinity, scores that sample 0 instead of ending the run (one
-    +inf reward turns every weight into NaN after a step). Failures are counted in `errors` (the trainer
-    logs them as `rewards/<name>/errors`), and the first one is written to `error_log` with its completion.
+    A reward that raises, returns NaN or infinity, or runs past `timeout` seconds on one sample scores
+    that sample 0 instead of ending or blocking the run (one +inf reward turns every weight into NaN
+    after a step; TRL has no timeout). Failures are counted in `errors` (the trainer logs them as
+    `rewards/<name>/errors`), and the first one is written to `error_log` with its completion.
     """
+    call = Deadline(reward, timeout) if timeout else reward
 
     def trl_reward(prompts: list, completions: list, **columns: Any) -> list[float]:
         rows = [
@@ -65,7 +76,7 @@ def to_trl(
         for completion, row in zip(completions, rows, strict=True):
             text = normalize_completion(_text(completion), think_prefilled)
             try:
-                value = float(reward(text, row))
+                value = float(call(text, row))
                 if not math.isfinite(value):
                     raise ValueError(f"returned {value}")
             except Exception as err:
@@ -78,6 +89,44 @@ def to_trl(
     trl_reward.__name__ = name
     trl_reward.errors = 0  # failures since the trainer last read them
     return trl_reward
+
+
+class Deadline:
+    """Call a reward in a daemon worker thread and give up after `timeout` seconds.
+
+    Python cannot kill a thread: a call that overruns is abandoned (its thread is a daemon, so it never
+    blocks the process from exiting) and a fresh worker takes the next call.
+    """
+
+    def __init__(self, reward: Reward, timeout: float) -> None:
+        self.reward, self.timeout = reward, timeout
+        self.abandoned = 0
+        self._start()
+
+    def _start(self) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        self._replies: queue.Queue = queue.Queue()
+        threading.Thread(target=self._serve, args=(self._requests, self._replies), daemon=True).start()
+
+    def _serve(self, requests: queue.Queue, replies: queue.Queue) -> None:
+        while True:
+            text, row = requests.get()
+            try:
+                replies.put((True, self.reward(text, row)))
+            except BaseException as err:  # handed back to the caller's thread
+                replies.put((False, err))
+
+    def __call__(self, text: str, row: dict[str, Any]) -> float:
+        self._requests.put((text, row))
+        try:
+            ok, value = self._replies.get(timeout=self.timeout)
+        except queue.Empty:
+            self.abandoned += 1
+            self._start()
+            raise TimeoutError(f"took longer than {self.timeout:g} s (rewards[*].timeout)") from None
+        if not ok:
+            raise value
+        return value
 
 
 _recorded: set[tuple[str, str]] = set()

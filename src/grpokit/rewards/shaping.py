@@ -13,7 +13,7 @@ from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.base import Task
 
 
-@register_reward("length_cosine")
+@register_reward("length_cosine", bounds=(-1.0, 1.0))
 def make_length_cosine(
     task: Task,
     max_chars: int = 2000,
@@ -46,7 +46,7 @@ def make_length_cosine(
     return length_cosine_reward
 
 
-@register_reward("overlong_penalty")
+@register_reward("overlong_penalty", bounds=(-1.0, 0.0))
 def make_overlong_penalty(task: Task, max_chars: int = 2000, buffer_chars: int = 500) -> Reward:
     """DAPO's soft overlong punishment: 0 up to `max_chars - buffer_chars`, then linear down to -1 at `max_chars`.
 
@@ -63,7 +63,7 @@ def make_overlong_penalty(task: Task, max_chars: int = 2000, buffer_chars: int =
     return overlong_penalty_reward
 
 
-@register_reward("repetition_penalty")
+@register_reward("repetition_penalty", bounds=(-1.0, 0.0))
 def make_repetition_penalty(task: Task, ngram: int = 3, max_penalty: float = -1.0) -> Reward:
     """`max_penalty` times the share of repeated word n-grams (open-r1's form); 0 for text with none.
 
