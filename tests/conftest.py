@@ -91,5 +91,5 @@ def tiny_recipe(model_dir: Path, out_dir: Path, **sections: dict) -> dict:
         "output": {"dir": str(out_dir), "name": "tiny"},
     }
     for key, value in sections.items():
-        raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
     return raw

@@ -5,7 +5,8 @@ import pytest
 from grpokit.config import RecipeError, apply_override, build_recipe, load_recipe
 
 ALL_YAML = sorted(Path(__file__).resolve().parents[1].joinpath("recipes").rglob("*.yaml"))
-LAUNCH_CONFIGS = [p for p in ALL_YAML if p.name.startswith("accelerate")]  # accelerate/DeepSpeed, not recipes
+# accelerate launch configs (DDP, DeepSpeed, FSDP), not recipes.
+LAUNCH_CONFIGS = [p for p in ALL_YAML if p.name.startswith("accelerate") or p.parent.name == "accelerate"]
 RECIPES = [p for p in ALL_YAML if p not in LAUNCH_CONFIGS]
 MINIMAL = {
     "rewards": [{"name": "format"}, {"name": "correctness"}],
@@ -28,12 +29,25 @@ def test_every_shipped_recipe_loads_and_validates(path):
     assert "Run:" in path.read_text(encoding="utf-8") or "grpokit train" in path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("path", LAUNCH_CONFIGS, ids=lambda p: p.name)
-def test_launch_configs_are_deepspeed_zero3(path):
-    import yaml
+@pytest.mark.parametrize("path", LAUNCH_CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_every_launch_config_loads_in_accelerate(path):
+    from accelerate.commands.config.config_args import ClusterConfig
 
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert config["distributed_type"] == "DEEPSPEED" and config["deepspeed_config"]["zero_stage"] == 3
+    config = ClusterConfig.from_yaml_file(str(path))  # unknown keys and bad values raise here
+    assert path.read_text(encoding="utf-8").startswith("#"), "each launch config opens with what it is for"
+    kind = config.distributed_type.value
+    if kind == "DEEPSPEED":
+        assert config.deepspeed_config["zero_stage"] in (2, 3)
+    elif kind == "FSDP":
+        assert config.fsdp_config["fsdp_version"] == 2
+    else:
+        assert kind == "MULTI_GPU"
+    assert config.num_processes >= 2
+
+
+def test_the_launch_configs_users_are_promised_exist():
+    names = {p.name for p in LAUNCH_CONFIGS if p.parent.name == "accelerate"}
+    assert {"ddp.yaml", "zero2.yaml", "zero3.yaml", "fsdp2.yaml"} <= names
 
 
 def test_shipped_recipes_exist():

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import errno
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RUN_DIR",
         help="continue a run from its last complete checkpoint (default: this recipe's newest resumable run)",
     )
+    train.add_argument("--processes", type=int, help="data-parallel processes on this machine (torchrun; gloo on CPU)")
 
     ev = sub.add_parser("eval", help="held-out accuracy, format rate, pass@k and maj@k of a run, recipe or model")
     ev.add_argument("target", help="a recipe .yaml, a run directory, or a model: folder, hub id or 'embedded'")
@@ -50,6 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     ch.add_argument("--task", help="whose system prompt to use when TARGET is not a run (default: arithmetic)")
     ch.add_argument("--max-new-tokens", type=int, default=256)
 
+    sv = sub.add_parser("serve-rollouts", help="start TRL's vLLM rollout server for a recipe's model (GPU)")
+    sv.add_argument("recipe")
+    sv.add_argument("overrides", nargs="*")
+    sv.add_argument("--tensor-parallel", type=int, default=1, help="GPUs per model copy")
+    sv.add_argument("--data-parallel", type=int, default=1, help="model copies")
+    sv.add_argument("--dry-run", action="store_true", help="print the command only")
+
+    sub.add_parser("env", help="what this machine offers: CPUs, GPUs, versions, the embedded model, launch configs")
     sub.add_parser("tasks", help="list registered tasks and their parameters")
     rw = sub.add_parser("rewards", help="list registered rewards, or red-team a recipe's: rewards check RECIPE")
     rw.add_argument("action", nargs="?", choices=["list", "check"], default="list")
@@ -85,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides)  # every check runs before a model loads
-    from grpokit import train
+    from grpokit import launch, train
     from grpokit.checkpoints import TrainingInterrupted, latest_resumable_run
 
     resume = args.resume
@@ -94,6 +104,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         resume = latest_resumable_run(base)
         if resume is None:
             raise RecipeError(f"nothing to resume: no run under {base} has a complete checkpoint")
+    processes = args.processes or recipe.launch.processes
+    if (processes > 1 or recipe.launch.config) and launch.RUN_DIR_ENV not in os.environ:
+        run_dir = Path(resume) if resume else train.make_run_dir(recipe)
+        train_args = [args.recipe, *args.overrides, *(["--resume", str(run_dir)] if resume else [])]
+        code = launch.launch(train_args, processes, run_dir, recipe.launch.config)
+        if code:
+            print(f"grpokit: error: a process failed (exit code {code}); its error is printed above", file=sys.stderr)
+            return code
+        print(f"run directory: {run_dir}")
+        return 0
     try:
         run_dir = train.main(recipe, resume=resume)
     except TrainingInterrupted as stopped:
@@ -170,6 +190,24 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return chat.main(args.target, args.prompt, args.task, args.max_new_tokens)
 
 
+def cmd_serve_rollouts(args: argparse.Namespace) -> int:
+    from grpokit import launch
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    try:
+        return launch.serve_rollouts(recipe, args.tensor_parallel, args.data_parallel, args.dry_run)
+    except RuntimeError as err:
+        print(f"grpokit: error: {err}", file=sys.stderr)
+        return 2
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from grpokit import launch
+
+    print("\n".join(launch.environment()))
+    return 0
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from grpokit.tasks import TASKS
 
@@ -224,6 +262,8 @@ COMMANDS = {
     "tasks": cmd_tasks,
     "export": cmd_export,
     "chat": cmd_chat,
+    "serve-rollouts": cmd_serve_rollouts,
+    "env": cmd_env,
     "rewards": cmd_rewards,
 }
 

@@ -173,6 +173,21 @@ class OutputSection:
 
 
 @dataclass
+class LaunchSection:
+    """Several processes: `processes` copies through torchrun (DDP; gloo on CPU), or `accelerate launch`
+    with `config`, a launch config such as recipes/accelerate/zero3.yaml. `--processes N` overrides."""
+
+    processes: int = 1
+    config: str | None = None
+
+    def validate(self) -> None:
+        if self.processes < 1:
+            raise RecipeError(f"launch.processes={self.processes}; it must be >= 1")
+        if self.config is not None and not Path(self.config).is_file():
+            raise RecipeError(f"launch.config={self.config!r}: no such file (see recipes/accelerate/)")
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     lora: LoraSection = field(default_factory=LoraSection)
@@ -182,6 +197,7 @@ class Recipe:
     grpo: dict[str, Any] = field(default_factory=dict)  # TRL GRPOConfig keyword arguments
     eval: EvalSection = field(default_factory=EvalSection)
     output: OutputSection = field(default_factory=OutputSection)
+    launch: LaunchSection = field(default_factory=LaunchSection)
     seed: int = 42
     source: str = "<memory>"  # where the recipe came from; not a YAML key
 
@@ -251,7 +267,15 @@ def validate_recipe(recipe: Recipe) -> None:
     from grpokit.rewards import REWARDS, get_reward_factory
     from grpokit.tasks import build_task
 
-    for section in (recipe.model, recipe.lora, recipe.task, recipe.cold_start, recipe.eval, recipe.output):
+    for section in (
+        recipe.model,
+        recipe.lora,
+        recipe.task,
+        recipe.cold_start,
+        recipe.eval,
+        recipe.output,
+        recipe.launch,
+    ):
         section.validate()
     task = build_task(recipe.task.name, recipe.task.params)
     if not recipe.rewards:

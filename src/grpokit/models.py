@@ -57,10 +57,17 @@ def find_embedded_gguf() -> Path:
     )
 
 
+def embedded_model_dir_if_ready() -> Path | None:
+    """The converted embedded model's folder if the conversion already ran, else None (converts nothing)."""
+    target = cache_dir() / "models" / EMBEDDED_DIRNAME
+    ready = (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file()
+    return target if ready else None
+
+
 def embedded_model_dir() -> Path:
     """The converted embedded model, converting it on first use (atomically: a crash leaves no half folder)."""
     target = cache_dir() / "models" / EMBEDDED_DIRNAME
-    if (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file():
+    if embedded_model_dir_if_ready() is not None:
         return target
     gguf = find_embedded_gguf()
     log.info("converting the embedded model %s once into %s (about 20 s)", gguf.name, target)

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -27,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from grpokit import cold_start, report
+from grpokit import cold_start, launch, report
 from grpokit.checkpoints import (
     StopOnSignal,
     TrainingInterrupted,
@@ -55,16 +56,24 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
 
     from grpokit.trainer import GrpoTrainer
 
-    run_dir, checkpoint = prepare_resume(recipe, Path(resume)) if resume else (make_run_dir(recipe), None)
+    main_rank = launch.is_main()
+    if resume:
+        run_dir, checkpoint = prepare_resume(recipe, Path(resume), truncate=main_rank)
+    elif os.environ.get(launch.RUN_DIR_ENV):  # one of several processes: the launcher made the directory
+        run_dir, checkpoint = Path(os.environ[launch.RUN_DIR_ENV]), None
+        run_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        run_dir, checkpoint = make_run_dir(recipe), None
     root = logging.getLogger()
-    log_file, previous_level = attach_log_file(run_dir / "train.log"), root.level
+    log_file = attach_log_file(run_dir / "train.log") if main_rank else logging.NullHandler()
+    previous_level = root.level
     root.setLevel(min(previous_level, logging.INFO))  # train.log keeps INFO even when the caller set less
     try:
-        if checkpoint is None:
+        if checkpoint is not None:
+            log.info("resuming %s from %s", run_dir, checkpoint.name)
+        elif main_rank:
             (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
             log.info("run directory: %s", run_dir)
-        else:
-            log.info("resuming %s from %s", run_dir, checkpoint.name)
         transformers.set_seed(recipe.seed)
         started = time.perf_counter()
         stages: dict[str, float] = {}
@@ -81,7 +90,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         prefilled = think_prefilled(train_data[0]["prompt"])
 
         results = saved_results(run_dir) if checkpoint else {}
-        if "before" not in results:
+        if "before" not in results and main_rank:
             results["before"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")
             stages["eval_before"] = results["before"].seconds
 
@@ -92,9 +101,10 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             t0 = time.perf_counter()
             metrics.stage = "cold_start"
             model = cold_start.run(model, tokenizer, task, recipe, run_dir / "cold_start", [metrics.callback()])
-            save_model(model, tokenizer, run_dir / "cold_start", recipe)
             stages["cold_start"] = time.perf_counter() - t0
-            results["cold_start"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "cold_start")
+            if main_rank:
+                save_model(model, tokenizer, run_dir / "cold_start", recipe)
+                results["cold_start"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "cold_start")
 
         rewards = [
             to_trl(
@@ -108,9 +118,10 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         ]
         args = build_grpo_config(recipe, run_dir / "grpo")
         metrics.stage = "grpo"
-        metrics.health = HealthMonitor(
-            window=5, max_completion_length=args.max_completion_length, path=run_dir / "warnings.jsonl"
-        )
+        if main_rank:
+            metrics.health = HealthMonitor(
+                window=5, max_completion_length=args.max_completion_length, path=run_dir / "warnings.jsonl"
+            )
         stop = StopOnSignal()
         trainer = GrpoTrainer(
             model=model,
@@ -120,7 +131,9 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             processing_class=tokenizer,
             callbacks=[metrics.callback(), stop.callback(), *callbacks],
         )
-        if recipe.eval.every:
+        if os.environ.get(PROBE_ENV):
+            trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())
+        if recipe.eval.every and main_rank:
             periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: recipe.eval.every_n], recipe, run_dir)
             trainer.add_callback(periodic.callback())
         t0 = time.perf_counter()
@@ -132,13 +145,15 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
                 f"{stop.requested}: stopped after step {trainer.state.global_step} with a checkpoint in "
                 f"{run_dir / 'grpo'}; continue with: grpokit train {recipe.source} --resume {run_dir}"
             )
+        if not main_rank:
+            return run_dir
         trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
         model = trainer.model
         save_model(model, tokenizer, run_dir, recipe)
 
         results["after"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "after")
         stages["total"] = time.perf_counter() - started
-        write_summary(run_dir, results, stages, task.notes())
+        write_summary(run_dir, results, stages, task.notes(), launch.world_size())
         log.info("\n%s", format_table(results, stages))
         log.info("report: %s (open it in a browser; curves.png beside it)", report.main(run_dir))
         return run_dir
@@ -148,7 +163,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         log_file.close()
 
 
-def prepare_resume(recipe: Recipe, run_dir: Path) -> tuple[Path, Path]:
+def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tuple[Path, Path]:
     """Check that `run_dir` is this recipe's run with a complete checkpoint; return it and the checkpoint."""
     saved_path = run_dir / "recipe.yaml"
     if not saved_path.is_file():
@@ -168,7 +183,7 @@ def prepare_resume(recipe: Recipe, run_dir: Path) -> tuple[Path, Path]:
             "steps and on Ctrl-C); start a new run"
         )
     checkpoint = found[-1]
-    dropped = truncate_metrics(run_dir / "metrics.jsonl", "grpo", checkpoint_step(checkpoint))
+    dropped = truncate_metrics(run_dir / "metrics.jsonl", "grpo", checkpoint_step(checkpoint)) if truncate else 0
     if dropped:
         log.info("dropped %d metric rows logged after %s: those steps run again", dropped, checkpoint.name)
     return run_dir, checkpoint
@@ -258,12 +273,17 @@ def save_model(model: Any, tokenizer: Any, run_dir: Path, recipe: Recipe) -> Pat
 
 
 def write_summary(
-    run_dir: Path, results: dict[str, EvalResult], stages: dict[str, float], notes: list[str] | None = None
+    run_dir: Path,
+    results: dict[str, EvalResult],
+    stages: dict[str, float],
+    notes: list[str] | None = None,
+    world_size: int = 1,
 ) -> None:
     summary = {
         "evals": {k: {"accuracy": r.accuracy, "format_rate": r.format_rate, "n": r.n} for k, r in results.items()},
         "seconds": stages,
         "data_notes": notes or [],
+        "world_size": world_size,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
@@ -277,6 +297,44 @@ def format_table(results: dict[str, EvalResult], stages: dict[str, float]) -> st
         )
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in stages.items())
     return "\n".join(lines) + f"\nwall time: {timing}"
+
+
+PROBE_ENV = "GRPOKIT_RANK_PROBE"
+
+
+class RankProbe:
+    """Diagnostics for several processes: each rank writes `rank<N>.json` into the folder named by
+    GRPOKIT_RANK_PROBE: its world size, the prompts it trained on and a checksum of its trainable weights."""
+
+    def __init__(self, trainer: Any, folder: Path) -> None:
+        self.trainer, self.folder = trainer, folder
+        trainer.record_prompts = True
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _Callback(TrainerCallback):
+            def on_train_end(self, args, state, control, **kwargs):
+                import hashlib
+
+                import torch.distributed as dist
+
+                digest = hashlib.sha256()
+                for name, param in sorted(outer.trainer.model.named_parameters()):
+                    if param.requires_grad:
+                        digest.update(name.encode() + param.detach().cpu().contiguous().numpy().tobytes())
+                report = {
+                    "rank": launch.rank(),
+                    "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+                    "prompts": outer.trainer.prompts_seen,
+                    "weights_sha256": digest.hexdigest(),
+                }
+                outer.folder.mkdir(parents=True, exist_ok=True)
+                (outer.folder / f"rank{launch.rank()}.json").write_text(json.dumps(report), encoding="utf-8")
+
+        return _Callback()
 
 
 class PeriodicEval:
@@ -340,7 +398,7 @@ class MetricsLog:
                 self.t0 = time.perf_counter()
 
             def on_log(self, args, state, control, logs=None, **kwargs):
-                if not logs:
+                if not logs or not state.is_world_process_zero:
                     return
                 row = {
                     "stage": outer.stage,

@@ -29,6 +29,8 @@ _TOKEN_NORMALISED_LOSSES = ("dapo", "cispo")
 class GrpoTrainer(GRPOTrainer):
     def __init__(self, *args: Any, skip_zero_advantage: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
+        self.prompts_seen: list[str] = []
         self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args)
         if skip_zero_advantage and not self.skip_zero_advantage:
             log.info(
@@ -44,6 +46,8 @@ class GrpoTrainer(GRPOTrainer):
             mark_complete(folder, self.state.global_step)
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        if self.record_prompts:
+            self.prompts_seen.extend(str(x.get("prompt", "")) for x in inputs if isinstance(x, dict))
         batch = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         for func in self.reward_funcs:
