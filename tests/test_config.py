@@ -157,3 +157,12 @@ def test_resolved_recipe_round_trips(tmp_path):
     recipe = load_recipe(RECIPES[0])
     again = build_recipe(yaml.safe_load(yaml.safe_dump(recipe.to_dict())))
     assert again.to_dict() == recipe.to_dict()
+
+
+def test_trl_checkpoint_keys_map_to_the_output_section():
+    old = build_recipe({**MINIMAL, "grpo": {**MINIMAL["grpo"], "save_strategy": "no"}})
+    assert old.output.save_every == 0
+    steps = build_recipe({**MINIMAL, "grpo": {**MINIMAL["grpo"], "save_steps": 5, "save_total_limit": 3}})
+    assert (steps.output.save_every, steps.output.keep) == (5, 3)
+    with pytest.raises(RecipeError, match="grpo.output_dir is set by grpokit"):
+        build_recipe({**MINIMAL, "grpo": {**MINIMAL["grpo"], "output_dir": "x"}})

@@ -309,13 +309,16 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
         raise RecipeError(f"grpo.learning_rate={lr!r}; it must be a number > 0")
     # TRL defaults bf16 to True, which fails on a CPU and is ~4x slower than fp32 on CPUs without bf16
     # units; grpokit turns it on only where a GPU supports it, unless the recipe says otherwise.
-    owned = sorted({"save_strategy", "save_steps", "save_total_limit", "output_dir"} & set(recipe.grpo))
-    if owned:
-        raise RecipeError(
-            f"grpo.{owned[0]} is set by grpokit: use output.save_every and output.keep for checkpoints "
-            "(the run directory holds them)"
-        )
-    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, "bf16": _gpu_supports_bf16(), **recipe.grpo}
+    if "output_dir" in recipe.grpo:
+        raise RecipeError("grpo.output_dir is set by grpokit: runs go to output.dir/<name>/<timestamp>")
+    grpo = dict(recipe.grpo)
+    if {"save_strategy", "save_steps", "save_total_limit"} & set(grpo):
+        # Recipes written before output.save_every: TRL's keys still work and say the same thing.
+        strategy = grpo.pop("save_strategy", "steps")
+        recipe.output.save_every = 0 if strategy == "no" else int(grpo.pop("save_steps", recipe.output.save_every))
+        recipe.output.keep = int(grpo.pop("save_total_limit", recipe.output.keep))
+        grpo.pop("save_steps", None)
+    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, "bf16": _gpu_supports_bf16(), **grpo}
     kwargs["save_strategy"] = "steps" if recipe.output.save_every else "no"
     kwargs["save_steps"] = recipe.output.save_every or 500
     kwargs["save_total_limit"] = recipe.output.keep
