@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup browser train test test-fast lint bench clean
+.PHONY: setup browser train test test-fast lint bench bench-skill clean
 
 setup: $(VENV)/.setup-done
 
@@ -35,6 +35,13 @@ test: setup browser
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# Benchmarks print tables; bench/RESULTS.md keeps each measured version. Nothing else should run meanwhile.
+bench: setup
+	$(BIN)/python bench/bench_step.py
+
+bench-skill: setup
+	$(BIN)/python bench/time_to_skill.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench scripts
