@@ -173,6 +173,23 @@ class OutputSection:
 
 
 @dataclass
+class RolloutSection:
+    """How GRPO samples completions on the training model (vLLM, when grpo.use_vllm is set, ignores this).
+
+    engine "grpokit": each distinct prompt is prefilled once and its KV cache shared by its group,
+    finished rows leave the batch, and with `stop_at_answer` a row ends at `</answer>` (EOS appended).
+    engine "trl": TRL's own `model.generate` path.
+    """
+
+    engine: str = "grpokit"
+    stop_at_answer: bool = True
+
+    def validate(self) -> None:
+        if self.engine not in ("grpokit", "trl"):
+            raise RecipeError(f"rollout.engine={self.engine!r}; use grpokit or trl")
+
+
+@dataclass
 class LaunchSection:
     """Several processes: `processes` copies through torchrun (DDP; gloo on CPU), or `accelerate launch`
     with `config`, a launch config such as recipes/accelerate/zero3.yaml. `--processes N` overrides."""
@@ -198,6 +215,7 @@ class Recipe:
     eval: EvalSection = field(default_factory=EvalSection)
     output: OutputSection = field(default_factory=OutputSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
+    rollout: RolloutSection = field(default_factory=RolloutSection)
     seed: int = 42
     source: str = "<memory>"  # where the recipe came from; not a YAML key
 

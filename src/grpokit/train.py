@@ -130,6 +130,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             train_dataset=train_data,
             processing_class=tokenizer,
             callbacks=[metrics.callback(), stop.callback(), *callbacks],
+            rollout_engine=recipe.rollout.engine,
+            stop_texts=("</answer>",) if recipe.rollout.stop_at_answer else (),
         )
         if os.environ.get(PROBE_ENV):
             trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())

@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
 
 from grpokit.checkpoints import mark_complete
+from grpokit.rollout import SamplingSettings, sample
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +29,16 @@ _TOKEN_NORMALISED_LOSSES = ("dapo", "cispo")
 
 
 class GrpoTrainer(GRPOTrainer):
-    def __init__(self, *args: Any, skip_zero_advantage: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        skip_zero_advantage: bool = True,
+        rollout_engine: str = "grpokit",
+        stop_texts: tuple[str, ...] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.rollout_engine, self.stop_texts = rollout_engine, tuple(stop_texts)
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
         self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args)
@@ -38,6 +48,55 @@ class GrpoTrainer(GRPOTrainer):
                 "no entropy bonus and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        settings = self._rollout_settings(images, multimodal_fields)
+        if settings is None:  # vLLM, images, tools or a sampling option grpokit's sampler does not have
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as unwrapped_model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            completions = sample(
+                unwrapped_model,
+                prompt_ids,
+                settings,
+                eos_ids=self.eos_token_ids,
+                pad_id=self._tokenizer.pad_token_id,
+                tokenizer=self._tokenizer,
+            )
+        return completions, None
+
+    def _rollout_settings(self, images: Any, multimodal_fields: Any) -> SamplingSettings | None:
+        if (
+            self.rollout_engine != "grpokit"
+            or self.use_vllm
+            or (images is not None and any(images))
+            or multimodal_fields
+        ):
+            return None
+        if getattr(self, "tools", None) or self.args.use_transformers_paged:
+            return None
+        config = self.generation_config
+        if (config.repetition_penalty or 1.0) != 1.0 or config.min_p or not config.do_sample:
+            return None
+        return SamplingSettings(
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature or 1.0,
+            top_k=config.top_k or 0,
+            top_p=config.top_p if config.top_p is not None else 1.0,
+            min_new_tokens=config.min_new_tokens or 0,
+            stop_texts=self.stop_texts,
+        )
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)

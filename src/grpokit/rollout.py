@@ -1,0 +1,127 @@
+"""Rollouts for GRPO with less waste than `generate`: shared prompts, early stop, shrinking batch.
+
+A GRPO batch holds each prompt `num_generations` times in a row. `sample` runs the prompt through
+the model once per distinct prompt and copies its KV cache to the group's rows, samples every row
+token by token, and drops a row from the batch as soon as it ends (EOS, or a stop text such as
+`</answer>`: no compute on tokens after the answer, and the batch stops when every row is done).
+`generate` instead prefills every copy of a prompt and keeps computing finished rows until the
+longest one ends.
+
+Sampling matches `generate` with `do_sample=True`: temperature, then top-k, then top-p, drawn with
+torch's global RNG; `min_new_tokens` suppresses EOS (and stop texts) until that many tokens exist.
+A row that stops on a stop text gets EOS appended, so it reads as finished rather than truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class SamplingSettings:
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_new_tokens: int = 0
+    stop_texts: tuple[str, ...] = ()
+
+
+def group_runs(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
+    """Consecutive identical prompts as (distinct prompts, run lengths).
+
+    >>> group_runs([[1, 2], [1, 2], [3], [3], [1, 2]])
+    ([[1, 2], [3], [1, 2]], [2, 2, 1])
+    """
+    distinct: list[list[int]] = []
+    counts: list[int] = []
+    for ids in prompts:
+        if distinct and list(ids) == distinct[-1]:
+            counts[-1] += 1
+        else:
+            distinct.append(list(ids))
+            counts.append(1)
+    return distinct, counts
+
+
+def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
+    """Temperature, top-k and top-p on [B, V] logits (masked entries become -inf)."""
+    logits = logits / settings.temperature
+    if settings.top_k and settings.top_k < logits.size(-1):
+        kth = torch.topk(logits, settings.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if settings.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cumulative - sorted_logits.softmax(-1) > settings.top_p  # keep the token that crosses top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def sample(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    settings: SamplingSettings,
+    *,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    tokenizer: Any = None,
+) -> list[list[int]]:
+    """Sampled completion token ids, one list per prompt row (EOS included when the row ended)."""
+    device = next(model.parameters()).device
+    distinct, counts = group_runs(prompts)
+    width = max(len(p) for p in distinct)
+    ids = torch.full((len(distinct), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(distinct):  # left padding, as generation expects
+        ids[row, width - len(p) :] = torch.tensor(p, device=device)
+        mask[row, width - len(p) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache, logits = out.past_key_values, out.logits[:, -1, :].float()  # [U, V]
+
+    expand = torch.repeat_interleave(torch.arange(len(distinct), device=device), torch.tensor(counts, device=device))
+    cache.reorder_cache(expand)  # each prompt's KV cache copied to its group's rows
+    logits, mask = logits[expand], mask[expand]
+    rows = len(expand)
+    active = torch.arange(rows, device=device)  # original row index of each batch row
+    produced: list[list[int]] = [[] for _ in range(rows)]
+    eos = torch.tensor(list(eos_ids), device=device)
+    stop_check = bool(settings.stop_texts) and tokenizer is not None
+    tail = max((len(t) for t in settings.stop_texts), default=0)
+
+    for step in range(settings.max_new_tokens):
+        if step < settings.min_new_tokens:
+            logits[:, eos] = float("-inf")
+        probs = filter_logits(logits, settings).softmax(-1)
+        tokens = torch.multinomial(probs, 1).squeeze(1)  # [B]
+        done = torch.isin(tokens, eos)
+        for b, (row, token) in enumerate(zip(active.tolist(), tokens.tolist(), strict=True)):
+            produced[row].append(token)
+            if stop_check and not done[b] and step + 1 >= settings.min_new_tokens:
+                text = tokenizer.decode(produced[row][-(tail + 2) :], skip_special_tokens=False)
+                if any(stop in text for stop in settings.stop_texts):
+                    produced[row].append(int(eos[0]))
+                    done[b] = True
+        if bool(done.all()) or step + 1 == settings.max_new_tokens:
+            break
+        keep = (~done).nonzero().squeeze(1)
+        if len(keep) < len(active):  # finished rows leave the batch
+            cache.reorder_cache(keep)
+            active, tokens, mask = active[keep], tokens[keep], mask[keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        positions = mask.sum(-1, keepdim=True) - 1
+        out = model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+    return produced

@@ -1,0 +1,78 @@
+import pytest
+import torch
+
+from grpokit.rollout import SamplingSettings, filter_logits, sample
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tiny_model_dir):
+    from grpokit.models import load_model
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    return model.eval(), tokenizer
+
+
+def greedy_reference(model, tokenizer, prompts, max_new_tokens, eos_ids):
+    """transformers' own greedy generate, one prompt at a time (no padding involved)."""
+    out = []
+    for ids in prompts:
+        generated = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos_ids,
+            pad_token_id=tokenizer.pad_token_id,
+        )[0, len(ids) :].tolist()
+        ended = next((i for i, t in enumerate(generated) if t in eos_ids), None)
+        out.append(generated if ended is None else generated[: ended + 1])
+    return out
+
+
+PROMPTS = [[5, 9, 13, 2], [5, 9, 13, 2], [5, 9, 13, 2], [7, 3], [7, 3], [11, 4, 6, 8, 10, 12]]
+
+
+def test_top_1_sampling_equals_greedy_generate(model_and_tokenizer):
+    """Shared prompt caches, left padding, positions and rows leaving the batch: all match generate."""
+    model, tokenizer = model_and_tokenizer
+    free = greedy_reference(model, tokenizer, PROMPTS, 12, [tokenizer.eos_token_id])
+    # Make some rows end early: a token that one row emits at step 3 becomes an EOS token.
+    eos = [tokenizer.eos_token_id, free[3][3]]
+    expected = greedy_reference(model, tokenizer, PROMPTS, 12, eos)
+    got = sample(model, PROMPTS, SamplingSettings(max_new_tokens=12, top_k=1), eos_ids=eos, pad_id=0)
+    assert got == expected
+    assert any(len(row) < 12 for row in got) and any(len(row) == 12 for row in got)
+
+
+def test_stop_text_ends_a_row_with_eos_and_min_new_tokens_holds(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    eos = [tokenizer.eos_token_id]
+    free = greedy_reference(model, tokenizer, PROMPTS[:1], 12, eos)[0]
+    stop = tokenizer.decode(free[4:6])
+    settings = SamplingSettings(max_new_tokens=12, top_k=1, stop_texts=(stop,))
+    (row, *_) = sample(model, PROMPTS[:1], settings, eos_ids=eos, pad_id=0, tokenizer=tokenizer)
+    assert stop in tokenizer.decode(row[:-1]) and row[-1] == tokenizer.eos_token_id and len(row) <= 7
+    held = SamplingSettings(max_new_tokens=12, top_k=1, min_new_tokens=10, stop_texts=(stop,))
+    (row,) = sample(model, PROMPTS[:1], held, eos_ids=[free[1]], pad_id=0, tokenizer=tokenizer)
+    assert len(row) >= 10 and free[1] not in row[:9]
+
+
+def test_first_token_frequencies_follow_the_softmax(model_and_tokenizer):
+    model, _ = model_and_tokenizer
+    torch.manual_seed(0)
+    prompt = [5, 9, 13, 2]
+    with torch.no_grad():
+        probs = model(torch.tensor([prompt])).logits[0, -1].float().softmax(-1)
+    rows = sample(model, [prompt] * 3000, SamplingSettings(max_new_tokens=1), eos_ids=[], pad_id=0)
+    counts = torch.bincount(torch.tensor([r[0] for r in rows]), minlength=probs.numel()).float()
+    top = probs.argsort(descending=True)[:5]
+    # Binomial standard error at n=3000 is at most 0.009; 4 sigma.
+    assert torch.allclose(counts[top] / 3000, probs[top], atol=0.036)
+
+
+def test_filters():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
+    assert filter_logits(logits, SamplingSettings(1, top_k=2)).isinf().tolist() == [[True, False, False, True]]
+    probs = logits.softmax(-1)[0].tolist()  # [.09, .64, .24, .03]
+    top_p = filter_logits(logits, SamplingSettings(1, top_p=0.7))
+    assert top_p.isinf().tolist() == [[True, False, False, True]] and probs[1] < 0.7 < probs[1] + probs[2]
+    assert torch.equal(filter_logits(logits, SamplingSettings(1, temperature=2.0)), logits / 2)
