@@ -15,10 +15,8 @@ Run directory (one per run, never overwritten):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -29,6 +27,7 @@ from typing import Any
 import yaml
 
 from grpokit import cold_start, launch, report
+from grpokit.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankProbe
 from grpokit.checkpoints import (
     StopOnSignal,
     TrainingInterrupted,
@@ -299,141 +298,3 @@ def format_table(results: dict[str, EvalResult], stages: dict[str, float]) -> st
         )
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in stages.items())
     return "\n".join(lines) + f"\nwall time: {timing}"
-
-
-PROBE_ENV = "GRPOKIT_RANK_PROBE"
-
-
-class RankProbe:
-    """Diagnostics for several processes: each rank writes `rank<N>.json` into the folder named by
-    GRPOKIT_RANK_PROBE: its world size, the prompts it trained on and a checksum of its trainable weights."""
-
-    def __init__(self, trainer: Any, folder: Path) -> None:
-        self.trainer, self.folder = trainer, folder
-        trainer.record_prompts = True
-
-    def callback(self) -> Any:
-        from transformers import TrainerCallback
-
-        outer = self
-
-        class _Callback(TrainerCallback):
-            def on_train_end(self, args, state, control, **kwargs):
-                import hashlib
-
-                import torch.distributed as dist
-
-                digest = hashlib.sha256()
-                for name, param in sorted(outer.trainer.model.named_parameters()):
-                    if param.requires_grad:
-                        digest.update(name.encode() + param.detach().cpu().contiguous().numpy().tobytes())
-                report = {
-                    "rank": launch.rank(),
-                    "world_size": dist.get_world_size() if dist.is_initialized() else 1,
-                    "prompts": outer.trainer.prompts_seen,
-                    "weights_sha256": digest.hexdigest(),
-                }
-                outer.folder.mkdir(parents=True, exist_ok=True)
-                (outer.folder / f"rank{launch.rank()}.json").write_text(json.dumps(report), encoding="utf-8")
-
-        return _Callback()
-
-
-class PeriodicEval:
-    """Greedy held-out accuracy every `eval.every` GRPO steps, logged through the trainer.
-
-    The numbers go where every other metric goes (metrics.jsonl, TensorBoard, `report_to`), and each
-    eval's completions are kept in `evals/step_<N>.json`, the same prompts every time.
-    """
-
-    def __init__(self, trainer: Any, tokenizer: Any, task: Any, examples: list, recipe: Recipe, run_dir: Path) -> None:
-        self.trainer, self.tokenizer, self.task, self.examples, self.recipe = trainer, tokenizer, task, examples, recipe
-        self.folder = run_dir / "evals"
-
-    def run(self, step: int) -> EvalResult:
-        greedy = dataclasses.replace(self.recipe.eval, samples_per_problem=0, samples=len(self.examples))
-        recipe = dataclasses.replace(self.recipe, eval=greedy)
-        result = evaluate_recipe(
-            self.trainer.model, self.tokenizer, self.task, self.examples, recipe, f"eval step {step}"
-        )
-        self.folder.mkdir(exist_ok=True)
-        result.save(self.folder / f"step_{step:05d}.json")
-        log.info(
-            "eval at step %d: accuracy %.1f%%, format %.1f%% on %d problems",
-            step,
-            100 * result.accuracy,
-            100 * result.format_rate,
-            result.n,
-        )
-        self.trainer.log(result.metrics())
-        return result
-
-    def callback(self) -> Any:
-        from transformers import TrainerCallback
-
-        outer = self
-
-        class _Callback(TrainerCallback):
-            def on_step_end(self, args, state, control, **kwargs):
-                step = state.global_step
-                if step % outer.recipe.eval.every == 0 and step < state.max_steps:
-                    outer.run(step)
-
-        return _Callback()
-
-
-class MetricsLog:
-    """Appends every trainer log (cold start and GRPO) to metrics.jsonl and prints a progress line."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.stage = "train"
-        self.health: HealthMonitor | None = None  # set for the GRPO stage
-
-    def callback(self) -> Any:
-        from transformers import TrainerCallback
-
-        outer = self
-
-        class _Callback(TrainerCallback):
-            def on_train_begin(self, args, state, control, **kwargs):
-                self.t0 = time.perf_counter()
-
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                if not logs or not state.is_world_process_zero:
-                    return
-                row = {
-                    "stage": outer.stage,
-                    "step": state.global_step,
-                    "time": round(time.time(), 3),
-                    **{k: (v if math.isfinite(v) else str(v)) for k, v in logs.items() if isinstance(v, int | float)},
-                }
-                with outer.path.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
-                if outer.health is not None and "reward" in logs:
-                    outer.health.observe(state.global_step, logs)
-                elapsed = time.perf_counter() - self.t0
-                rate = elapsed / max(state.global_step, 1)
-                eta = rate * (state.max_steps - state.global_step)
-                shown = {
-                    k: logs[k]
-                    for k in (
-                        "loss",
-                        "reward",
-                        "rewards/correctness/mean",
-                        "rewards/format/mean",
-                        "completions/mean_length",
-                    )
-                    if k in logs
-                }
-                log.info(
-                    "%s step %d/%d (%.1f s/step, ETA %.1f min) %s",
-                    outer.stage,
-                    state.global_step,
-                    state.max_steps,
-                    rate,
-                    eta / 60,
-                    " ".join(f"{k}={v:.3g}" for k, v in shown.items()),
-                )
-
-        return _Callback()
