@@ -166,3 +166,19 @@ def test_trl_checkpoint_keys_map_to_the_output_section():
     assert (steps.output.save_every, steps.output.keep) == (5, 3)
     with pytest.raises(RecipeError, match="grpo.output_dir is set by grpokit"):
         build_recipe({**MINIMAL, "grpo": {**MINIMAL["grpo"], "output_dir": "x"}})
+
+
+def test_bf16_follows_the_measurement_unless_the_recipe_says(monkeypatch):
+    import grpokit.precision
+    from grpokit.config import build_grpo_config
+
+    grpo = {k: v for k, v in MINIMAL["grpo"].items() if k != "bf16"}
+    recipe = build_recipe({**MINIMAL, "grpo": grpo})
+    monkeypatch.setattr(grpokit.precision, "default_bf16", lambda: True)
+    args = build_grpo_config(recipe, "out")
+    assert args.bf16 and args.use_cpu  # a CPU where bf16 measured faster: autocast, told it is a CPU
+    monkeypatch.setattr(grpokit.precision, "default_bf16", lambda: False)
+    assert not build_grpo_config(recipe, "out").bf16
+    explicit = build_recipe({**MINIMAL, "grpo": {**grpo, "bf16": False}})
+    monkeypatch.setattr(grpokit.precision, "default_bf16", lambda: True)
+    assert not build_grpo_config(explicit, "out").bf16

@@ -326,7 +326,7 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
     if not isinstance(lr, int | float) or not lr > 0:
         raise RecipeError(f"grpo.learning_rate={lr!r}; it must be a number > 0")
     # TRL defaults bf16 to True, which fails on a CPU and is ~4x slower than fp32 on CPUs without bf16
-    # units; grpokit turns it on only where a GPU supports it, unless the recipe says otherwise.
+    # units; grpokit turns it on where it measures faster (grpokit.precision), unless the recipe says.
     if "output_dir" in recipe.grpo:
         raise RecipeError("grpo.output_dir is set by grpokit: runs go to output.dir/<name>/<timestamp>")
     grpo = dict(recipe.grpo)
@@ -336,7 +336,11 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
         recipe.output.save_every = 0 if strategy == "no" else int(grpo.pop("save_steps", recipe.output.save_every))
         recipe.output.keep = int(grpo.pop("save_total_limit", recipe.output.keep))
         grpo.pop("save_steps", None)
-    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, "bf16": _gpu_supports_bf16(), **grpo}
+    from grpokit.precision import default_bf16
+
+    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, "bf16": default_bf16(), **grpo}
+    if kwargs["bf16"] and not _cuda():
+        kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 on a CPU unless told it is one
     kwargs["save_strategy"] = "steps" if recipe.output.save_every else "no"
     kwargs["save_steps"] = recipe.output.save_every or 500
     kwargs["save_total_limit"] = recipe.output.keep
@@ -354,10 +358,10 @@ def default_report_to() -> list[str]:
     return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else []
 
 
-def _gpu_supports_bf16() -> bool:
+def _cuda() -> bool:
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return torch.cuda.is_available()
 
 
 # --- generic dict -> dataclass with type checks -------------------------------------------------

@@ -65,6 +65,8 @@ class GrpoTrainer(GRPOTrainer):
             ) as unwrapped_model,
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
+            # The training pass's precision for the rollout's matmuls too (bf16 where it measured faster).
+            torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=bool(self.args.bf16)),
         ):
             completions = sample(
                 unwrapped_model,
