@@ -86,3 +86,33 @@ def test_serve_rollouts_and_env(capsys):
     assert main(["env"]) == 0
     report = capsys.readouterr().out
     assert "CPU cores" in report and "trl" in report and "recipes/accelerate/zero3.yaml" in report
+
+
+def make_rank0_noise(task):
+    """Rewards that differ within every group on rank 0 and are all equal on rank 1, so the ranks keep
+    different numbers of non-zero-advantage rows."""
+    import zlib
+
+    rank0 = os.environ.get("RANK") == "0"
+
+    def noise(completion, example):
+        return (zlib.crc32(completion.encode()) % 100) / 100 if rank0 else 0.0
+
+    return noise
+
+
+def test_ranks_that_keep_different_numbers_of_rows_stay_in_step(tiny_model_dir, tmp_path, monkeypatch):
+    """Zero-advantage rows are skipped per rank; TRL gathers per-row tensors, so the counts must agree."""
+    probe = tmp_path / "probe"
+    monkeypatch.setenv("GRPOKIT_RANK_PROBE", str(probe))
+    out = tmp_path / "runs"
+    raw = tiny_recipe(
+        tiny_model_dir,
+        out,
+        rewards=[{"name": "tests.test_launch.make_rank0_noise"}],
+        grpo={"max_steps": 2, "temperature": 1.5},
+        output={"dir": str(out), "name": "tiny", "save_every": 0},
+    )
+    assert main(["train", str(write(tmp_path, raw)), "--processes", "2"]) == 0
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]

@@ -118,6 +118,12 @@ class GrpoTrainer(GRPOTrainer):
         if not (self.skip_zero_advantage and self.model.training):
             return batch
         mask = keep_mask(batch)
+        if self.accelerator.num_processes > 1:
+            # TRL gathers per-row tensors across ranks in its loss (clip ratios): every rank must keep the
+            # same number of rows. Ranks with fewer informative rows keep extra zero-advantage rows,
+            # whose gradient is exactly zero.
+            count = torch.tensor([int(mask.sum())], device=mask.device)
+            mask = pad_mask(mask, int(self.accelerator.gather(count).max()))
         kept = int(mask.sum())
         self._metrics["train"]["rows_trained_frac"].append(kept / mask.numel())
         return batch if kept == mask.numel() else _select_rows(batch, mask)
@@ -138,6 +144,19 @@ def keep_mask(batch: dict[str, Any]) -> torch.Tensor:
     mask = batch["advantages"] != 0  # [B]
     if not mask.any():
         mask[0] = True
+    return mask
+
+
+def pad_mask(mask: torch.Tensor, target: int) -> torch.Tensor:
+    """Switch on unselected rows until `target` rows are selected.
+
+    >>> pad_mask(torch.tensor([False, True, False, False]), 3).tolist()
+    [True, True, True, False]
+    """
+    missing = target - int(mask.sum())
+    if missing > 0:
+        mask = mask.clone()
+        mask[(~mask).nonzero().squeeze(1)[:missing]] = True
     return mask
 
 
