@@ -119,7 +119,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except TrainingInterrupted as stopped:
         print(f"grpokit: {stopped}", file=sys.stderr)
         return 130
-    print(f"run directory: {run_dir}")
+    if launch.is_main():  # the other ranks finish first; rank 0 still evaluates and reports
+        print(f"run directory: {run_dir}")
     return 0
 
 
