@@ -83,7 +83,7 @@ def sample(
         mask[row, width - len(p) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache, logits = out.past_key_values, out.logits[:, -1, :].float()  # [U, V]
+    cache, logits = _cache_of(out), out.logits[:, -1, :].float()  # [U, V]
 
     expand = torch.repeat_interleave(torch.arange(len(distinct), device=device), torch.tensor(counts, device=device))
     cache.reorder_cache(expand)  # each prompt's KV cache copied to its group's rows
@@ -125,3 +125,16 @@ def sample(
         )
         cache, logits = out.past_key_values, out.logits[:, -1, :].float()
     return produced
+
+
+def _cache_argument(model: Any) -> str:
+    """transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40)."""
+    import inspect
+
+    forward = getattr(model, "get_base_model", lambda: model)().forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
