@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.config import Recipe, default_report_to
-from grpokit.precision import default_bf16
+from grpokit.precision import trainer_precision
 from grpokit.tasks.base import Task, render_prompt
 
 log = logging.getLogger(__name__)
@@ -31,11 +31,8 @@ def build_demonstrations(task: Task, tokenizer: Any, recipe: Recipe) -> list[dic
 
 def run(model: Any, tokenizer: Any, task: Task, recipe: Recipe, out_dir: Path, callbacks: list | None = None) -> Any:
     """Train `model` (already wrapped with LoRA when the recipe asks for it) on demonstrations."""
-    import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
-
-    bf16 = bool(recipe.grpo.get("bf16", default_bf16()))
 
     cfg = recipe.cold_start
     data = Dataset.from_list(build_demonstrations(task, tokenizer, recipe))
@@ -50,8 +47,7 @@ def run(model: Any, tokenizer: Any, task: Task, recipe: Recipe, out_dir: Path, c
         logging_steps=1,
         save_strategy="no",
         report_to=recipe.grpo.get("report_to", default_report_to()),
-        bf16=bf16,
-        use_cpu=bf16 and not torch.cuda.is_available(),
+        **trainer_precision(recipe.grpo.get("bf16")),
         gradient_checkpointing=False,
         seed=recipe.seed,
         dataloader_num_workers=0,

@@ -336,11 +336,9 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
         recipe.output.save_every = 0 if strategy == "no" else int(grpo.pop("save_steps", recipe.output.save_every))
         recipe.output.keep = int(grpo.pop("save_total_limit", recipe.output.keep))
         grpo.pop("save_steps", None)
-    from grpokit.precision import default_bf16
+    from grpokit.precision import trainer_precision
 
-    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, "bf16": default_bf16(), **grpo}
-    if kwargs["bf16"] and not _cuda():
-        kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 on a CPU unless told it is one
+    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, **trainer_precision(grpo.get("bf16")), **grpo}
     kwargs["save_strategy"] = "steps" if recipe.output.save_every else "no"
     kwargs["save_steps"] = recipe.output.save_every or 500
     kwargs["save_total_limit"] = recipe.output.keep
@@ -356,12 +354,6 @@ def default_report_to() -> list[str]:
     import importlib.util
 
     return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else []
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 # --- generic dict -> dataclass with type checks -------------------------------------------------

@@ -39,3 +39,12 @@ def default_bf16() -> bool:
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     return cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
+
+
+def trainer_precision(bf16: bool | None = None) -> dict[str, bool]:
+    """TrainingArguments keywords: `bf16` (measured unless given), and `use_cpu`, which transformers
+    needs before it accepts bf16 on a CPU."""
+    import torch
+
+    bf16 = default_bf16() if bf16 is None else bool(bf16)
+    return {"bf16": bf16, "use_cpu": bf16 and not torch.cuda.is_available()}

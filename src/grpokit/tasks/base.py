@@ -84,6 +84,19 @@ def split_of(key: str, eval_fraction: float) -> str:
     return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
 
 
+def partition(items: list, key: Any, eval_fraction: float) -> dict[str, list]:
+    """`items` split into {"train": [...], "eval": [...]} by `split_of(key(item))`, order kept.
+
+    >>> splits = partition(list("abcdefgh"), str, 0.5)
+    >>> sorted(splits["train"] + splits["eval"]) == list("abcdefgh"), splits["train"] == sorted(splits["train"])
+    (True, True)
+    """
+    splits: dict[str, list] = {"train": [], "eval": []}
+    for item in items:
+        splits[split_of(key(item), eval_fraction)].append(item)
+    return splits
+
+
 def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """The exact text the model sees, shared by training, evaluation and the cold start."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -25,7 +25,7 @@ from grpokit.data import is_local_file, load_split, read_file, require_columns
 from grpokit.expressions import evaluate_expression
 from grpokit.parsing import extract_answer
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, split_of
+from grpokit.tasks.base import Example, Task, partition, split_of
 
 _OPS = ("+", "-", "*", "/")
 _MAX_DRAWS = 2000
@@ -75,15 +75,13 @@ class CountdownTask(Task):
             records = (
                 read_file(Path(config.source)) if is_local_file(config.source) else load_split(config.source, "train")
             )
-            loaded: dict[str, list[Example]] = {"train": [], "eval": []}
-            for where, row in records[: config.limit]:
+            records = records[: config.limit]
+            for where, row in records:
                 require_columns(
                     f"{config.source} {where}", row, ("nums", "target"), "Countdown data needs nums and target"
                 )
-                (example,) = load_rows([row])
-                loaded[split_of(f"{sorted(example['nums'])}->{example['target']}", config.eval_fraction)].append(
-                    example
-                )
+            examples = load_rows([row for _, row in records])
+            loaded = partition(examples, lambda e: f"{sorted(e['nums'])}->{e['target']}", config.eval_fraction)
             for split, rows in loaded.items():
                 if not rows:
                     raise ValueError(f"{config.source}: the {split} split is empty; add rows or change eval_fraction")

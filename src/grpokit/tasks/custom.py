@@ -23,7 +23,7 @@ from pathlib import Path
 from grpokit.data import FILE_SUFFIXES, read_file, require_columns
 from grpokit.parsing import extract_answer
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, split_of
+from grpokit.tasks.base import Example, Task, partition
 from grpokit.tasks.math_problems import math_score
 
 CHECKERS = ("exact", "numeric", "math")
@@ -57,9 +57,7 @@ class CustomTask(Task):
     def __init__(self, config: CustomConfig) -> None:
         super().__init__(config)
         rows = read_rows(Path(config.path), config.question_column, config.answer_column)
-        self.splits = {"train": [], "eval": []}
-        for row in rows:
-            self.splits[split_of(row["question"], config.eval_fraction)].append(row)
+        self.splits = partition(rows, lambda row: row["question"], config.eval_fraction)
         for split, items in self.splits.items():
             if not items:
                 raise ValueError(

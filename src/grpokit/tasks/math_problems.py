@@ -31,9 +31,9 @@ from typing import Any
 
 from grpokit.data import is_local_file, load_split, read_file, require_columns
 from grpokit.parsing import extract_answer
-from grpokit.sandbox import SandboxError, shared_sandbox
+from grpokit.sandbox import SandboxError, SandboxTimeout, shared_sandbox
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, split_of
+from grpokit.tasks.base import Example, Task, partition
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def math_score(answer: str | None, gold: str) -> float:
         )
     except SandboxError as err:
         with _errors_lock:
-            score_errors["timeout" if "ran past" in str(err) else "error"] += 1
+            score_errors["timeout" if isinstance(err, SandboxTimeout) else "error"] += 1
         logger.debug("math check failed: %s", err)
         return 0.0
 
@@ -182,22 +182,13 @@ class MathTask(Task):
         cfg = self.config
         if is_local_file(cfg.source):
             path = Path(cfg.source)
-            records = [(f"{path} {where}", row) for where, row in read_file(path)][: self._cap]
-            splits: dict[str, list] = {"train": [], "eval": []}
-            for where, row in records:
-                splits[split_of(str(row.get(self._columns(row)[0], where)), cfg.eval_fraction)].append((where, row))
-            return splits
-        train = load_split(cfg.source, cfg.train_split, cfg.subset)[: self._cap]
-        if cfg.eval_split is None:
-            splits = {"train": [], "eval": []}
-            for where, row in train:
-                splits[split_of(str(row.get(self._columns(row)[0], where)), cfg.eval_fraction)].append((where, row))
-            return splits
-        return {"train": train, "eval": load_split(cfg.source, cfg.eval_split, cfg.subset)[: self._cap]}
-
-    @property
-    def _cap(self) -> int | None:
-        return self.config.limit
+            records = [(f"{path} {where}", row) for where, row in read_file(path)][: cfg.limit]
+        else:
+            records = load_split(cfg.source, cfg.train_split, cfg.subset)[: cfg.limit]
+            if cfg.eval_split is not None:
+                return {"train": records, "eval": load_split(cfg.source, cfg.eval_split, cfg.subset)[: cfg.limit]}
+        # One file, or a hub split with no eval split: a stable hash of the question decides.
+        return partition(records, lambda r: str(r[1].get(self._columns(r[1])[0], r[0])), cfg.eval_fraction)
 
     def _schema(self, row: dict[str, Any]) -> str:
         if self.config.schema != "auto":
