@@ -82,3 +82,32 @@ def test_eval_command_on_a_run_directory_and_on_a_model(tiny_model_dir, tmp_path
     assert "eval/accuracy" in capsys.readouterr().out
     assert main(["eval", str(run_dir), "--k", "1,x"]) == 2
     assert main(["eval", str(run_dir), "eval.k=[9]", "eval.samples_per_problem=2"]) == 2
+
+
+def test_greedy_eval_of_a_lora_model_reads_as_transformers_generate(tiny_model_dir):
+    """The eval decodes on a merged copy with grpokit's sampler: same completions as `generate` on the
+    adapter model, prompt by prompt, and the same truncation count."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from grpokit.evaluate import _generate
+    from grpokit.models import load_model
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.3)
+    model.eval()
+    prompts = ["What is 2 + 3 * 4?", "What is 7 * 2 + 1? Think first."]
+    got = _generate(model, tokenizer, prompts, max_new_tokens=12, batch_size=8)
+    expected, truncated = [], 0
+    for text in prompts:
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        out = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        new = out[0, ids.shape[1] :]
+        truncated += tokenizer.eos_token_id not in new.tolist()
+        expected.append([tokenizer.decode(new, skip_special_tokens=True)])
+    assert got.completions == expected and got.truncated == truncated

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpokit.rollout import SamplingSettings, filter_logits, sample
+from grpokit.rollout import SamplingSettings, draw, filter_logits, sample
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,16 @@ def test_first_token_frequencies_follow_the_softmax(model_and_tokenizer):
     assert torch.allclose(counts[top] / 3000, probs[top], atol=0.036)
 
 
+def test_draw_follows_the_softmax_and_never_picks_a_masked_token():
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.0, float("-inf"), 1.0, 2.0, float("-inf")]]).repeat(20_000, 1)
+    counts = torch.bincount(draw(logits), minlength=5).float() / 20_000
+    assert counts[1] == 0 and counts[4] == 0
+    # Binomial standard error at n=20000 is at most 0.0036; 4 sigma.
+    assert torch.allclose(counts, logits[0].softmax(-1), atol=0.015)
+    assert draw(torch.tensor([[float("-inf"), 5.0, float("-inf")]])).tolist() == [1]
+
+
 def test_filters():
     logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
     assert filter_logits(logits, SamplingSettings(1, top_k=2)).isinf().tolist() == [[True, False, False, True]]
@@ -76,3 +86,60 @@ def test_filters():
     top_p = filter_logits(logits, SamplingSettings(1, top_p=0.7))
     assert top_p.isinf().tolist() == [[True, False, False, True]] and probs[1] < 0.7 < probs[1] + probs[2]
     assert torch.equal(filter_logits(logits, SamplingSettings(1, temperature=2.0)), logits / 2)
+
+
+def _lora(model, seed=1):
+    """The tiny model with LoRA on every linear layer and non-zero adapters (fresh B is zero)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    policy = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.5)
+    return policy.eval()
+
+
+def test_copy_holds_the_merged_policy_and_follows_its_updates(model_and_tokenizer):
+    from grpokit.rollout import RolloutCopy, wants_copy
+
+    model, _ = model_and_tokenizer
+    policy = _lora(model)
+    ids = torch.tensor([PROMPTS[5]])
+    rollout = RolloutCopy(torch.float32)
+    assert wants_copy(policy, torch.float32) and not wants_copy(model, torch.float32)
+    first = rollout.get(policy, version=0)
+    assert not hasattr(first, "get_base_model") and not any(p.requires_grad for p in first.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(first(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
+        before = first(ids).logits.clone()
+        for name, param in policy.named_parameters():  # an "optimizer step" on the adapters and a base norm
+            if "lora_A" in name or name.endswith("norm.weight"):
+                param.add_(0.3)
+        assert torch.equal(rollout.get(policy, version=0)(ids).logits, before), "same step: no refresh"
+        moved = rollout.get(policy, version=1)(ids).logits
+        assert moved is not None and not torch.allclose(moved, before)
+        torch.testing.assert_close(moved, policy(ids).logits, rtol=1e-5, atol=1e-5)
+    assert rollout.get(policy, version=1) is first  # refreshed in place, never rebuilt
+
+
+def test_bf16_copy_is_as_close_to_the_fp32_policy_as_autocast(model_and_tokenizer):
+    """The bf16 copy is cast once; autocast casts at every matmul: the same precision, the same error."""
+    from grpokit.rollout import RolloutCopy
+
+    model, _ = model_and_tokenizer
+    policy = _lora(model, seed=2)
+    copy = RolloutCopy(torch.bfloat16).get(policy, version=0)
+    assert next(copy.parameters()).dtype == torch.bfloat16
+    ids = torch.tensor(PROMPTS[:3])
+    with torch.no_grad():
+        exact = policy(ids).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast_error = (policy(ids).logits.float() - exact).abs().max()
+        copy_error = (copy(ids).logits.float() - exact).abs().max()
+        unmerged_error = (RolloutCopy(torch.bfloat16).get(model, 0)(ids).logits.float() - exact).abs().max()
+    assert copy_error <= 2 * autocast_error + 1e-3
+    assert unmerged_error > 10 * copy_error  # the adapters matter: a copy without them is far off

@@ -178,11 +178,14 @@ class RolloutSection:
 
     engine "grpokit": each distinct prompt is prefilled once and its KV cache shared by its group,
     finished rows leave the batch, and with `stop_at_answer` a row ends at `</answer>` (EOS appended).
+    With `merged_copy` it samples from a copy of the policy with LoRA merged in and cast to the training
+    precision (bf16/fp16), refreshed after every optimizer step (not under ZeRO-3 or FSDP).
     engine "trl": TRL's own `model.generate` path.
     """
 
     engine: str = "grpokit"
     stop_at_answer: bool = True
+    merged_copy: bool = True
 
     def validate(self) -> None:
         if self.engine not in ("grpokit", "trl"):

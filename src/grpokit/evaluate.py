@@ -98,39 +98,36 @@ def _generate(
     temperature: float | None = None,
     label: str = "eval",
 ) -> _Generations:
-    """Decode `per_prompt` completions per prompt: greedy when temperature is None, else sampled."""
-    import torch
+    """Decode `per_prompt` completions per prompt: greedy when temperature is None, else sampled.
+
+    Decoding runs on grpokit's sampler (each prompt prefilled once for its samples, finished rows leave
+    the batch; greedy equals `generate`'s, tested) and, for a LoRA model, on a merged copy in the model's
+    own dtype: the adapters' extra matmuls halve decoding speed, the merged weights give the same logits.
+    """
+    from grpokit.rollout import RolloutCopy, SamplingSettings, sample, wants_copy
 
     eos_ids = _eos_ids(model, tokenizer)
     sampling = temperature is not None
+    dtype = next(model.parameters()).dtype
+    runner = RolloutCopy(dtype).get(model, version=0) if wants_copy(model, dtype) else model
+    settings = SamplingSettings(
+        max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_k=0 if sampling else 1
+    )
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     completions: list[list[str]] = []
     lengths: list[int] = []
     truncated = 0
     prompts_per_batch = max(1, batch_size // per_prompt)
     start = time.perf_counter()
     for first in range(0, len(prompts), prompts_per_batch):
-        batch = tokenizer(
-            prompts[first : first + prompts_per_batch], return_tensors="pt", padding=True, add_special_tokens=False
-        ).to(model.device)
-        with torch.inference_mode():
-            out = model.generate(
-                **batch,
-                do_sample=sampling,
-                num_return_sequences=per_prompt,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=eos_ids,
-                temperature=temperature,
-                top_p=1.0 if sampling else None,
-                top_k=0 if sampling else None,
-            )
-        new = out[:, batch["input_ids"].shape[1] :]  # [B * per_prompt, T_new], samples of a prompt adjacent
+        rows = [row for row in ids[first : first + prompts_per_batch] for _ in range(per_prompt)]
+        out = sample(runner, rows, settings, eos_ids=eos_ids, pad_id=tokenizer.pad_token_id)
         texts = []
-        for row in new.tolist():
-            ended = next((i for i, t in enumerate(row) if t in eos_ids), None)
-            lengths.append(len(row) if ended is None else ended + 1)
-            truncated += ended is None
-            texts.append(tokenizer.decode(row[: lengths[-1]], skip_special_tokens=True))
+        for row in out:  # a row ends with its EOS token, or is truncated at max_new_tokens
+            ended = bool(row) and row[-1] in eos_ids
+            lengths.append(len(row))
+            truncated += not ended
+            texts.append(tokenizer.decode(row, skip_special_tokens=True))
         completions.extend(texts[i : i + per_prompt] for i in range(0, len(texts), per_prompt))
         done, elapsed = len(completions), time.perf_counter() - start
         log.info(

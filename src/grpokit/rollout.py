@@ -50,7 +50,8 @@ def group_runs(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[
 
 def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     """Temperature, top-k and top-p on [B, V] logits (masked entries become -inf)."""
-    logits = logits / settings.temperature
+    if settings.temperature != 1.0:
+        logits = logits / settings.temperature
     if settings.top_k and settings.top_k < logits.size(-1):
         kth = torch.topk(logits, settings.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -60,6 +61,21 @@ def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Ten
         drop = cumulative - sorted_logits.softmax(-1) > settings.top_p  # keep the token that crosses top_p
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
+
+
+def draw(logits: torch.Tensor) -> torch.Tensor:
+    """One token per row from softmax(logits) [B, V], by inverting the CDF at a uniform draw.
+
+    `torch.multinomial` on a CPU draws an exponential variate for every vocabulary entry: measured
+    30 ms per decoding step for 32 rows x 49,152 tokens, a quarter of the whole step. One uniform per
+    row and a search in the float64 cumulative sum cost about 2 ms and draw from the same distribution.
+    """
+    if logits.size(-1) == 1:
+        return torch.zeros(logits.size(0), dtype=torch.long, device=logits.device)
+    cdf = logits.softmax(-1).double().cumsum(-1)
+    u = torch.rand(logits.size(0), 1, dtype=torch.float64, device=logits.device) * cdf[:, -1:]
+    # right=True skips entries of probability 0 (their cdf equals the previous one), so masked tokens never come.
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=logits.size(-1) - 1)
 
 
 @torch.no_grad()
@@ -93,13 +109,13 @@ def sample(
     produced: list[list[int]] = [[] for _ in range(rows)]
     eos = torch.tensor(list(eos_ids), device=device)
     stop_check = bool(settings.stop_texts) and tokenizer is not None
+    cache_kwarg = _cache_argument(model)
     tail = max((len(t) for t in settings.stop_texts), default=0)
 
     for step in range(settings.max_new_tokens):
         if step < settings.min_new_tokens:
             logits[:, eos] = float("-inf")
-        probs = filter_logits(logits, settings).softmax(-1)
-        tokens = torch.multinomial(probs, 1).squeeze(1)  # [B]
+        tokens = logits.argmax(-1) if settings.top_k == 1 else draw(filter_logits(logits, settings))  # [B]
         done = torch.isin(tokens, eos)
         for b, (row, token) in enumerate(zip(active.tolist(), tokens.tolist(), strict=True)):
             produced[row].append(token)
@@ -120,10 +136,10 @@ def sample(
             input_ids=tokens.unsqueeze(1),
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
+            **{cache_kwarg: cache},
         )
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        cache, logits = _cache_of(out), out.logits[:, -1, :].float()
     return produced
 
 
@@ -138,3 +154,73 @@ def _cache_argument(model: Any) -> str:
 def _cache_of(out: Any) -> Any:
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
+
+
+class RolloutCopy:
+    """A plain copy of the policy to sample from: LoRA merged in, in the sampling dtype, eval mode.
+
+    Sampling on the training model pays twice per decoded token: bf16 autocast casts every fp32 weight
+    again at every step, and each LoRA layer adds its own small matmuls, dropout and add (seven per
+    block with all-linear targets). The copy holds `W + B A` already cast, the way vLLM holds weights
+    it was sent; `refresh` rewrites it from the policy once per optimizer step, which costs one read
+    of the weights instead of one per token.
+    """
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        self.model: Any = None
+        self.version: Any = None
+
+    def get(self, policy: Any, version: Any) -> Any:
+        """The copy, refreshed when `version` (the optimizer step) differs from the last refresh."""
+        if self.model is None:
+            self.model = _plain_copy(policy, self.dtype)
+        if version != self.version:
+            refresh(self.model, policy)
+            self.version = version
+        return self.model
+
+
+def wants_copy(policy: Any, dtype: torch.dtype) -> bool:
+    """A copy pays when it differs from the policy: LoRA to merge, or another dtype."""
+    return hasattr(policy, "get_base_model") or next(policy.parameters()).dtype != dtype
+
+
+def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
+    import copy
+
+    model = copy.deepcopy(policy)
+    if hasattr(model, "merge_and_unload"):  # peft: the copy's LoRA layers become plain, merged layers
+        model = model.merge_and_unload()
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def refresh(copy: Any, policy: Any) -> None:
+    """Write the policy's effective weights (base + active LoRA deltas) into `copy`, module by module."""
+    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    for name, target in copy.named_modules():
+        own = dict(target.named_parameters(recurse=False))
+        if not own:
+            continue
+        source = base.get_submodule(name)
+        if hasattr(source, "modules_to_save"):  # peft's fully trained copies of chosen modules
+            source = source.modules_to_save[source.active_adapters[0]]
+        if hasattr(source, "get_delta_weight"):  # a LoRA layer: its base layer plus the adapters' deltas
+            layer, deltas = source.get_base_layer(), _deltas(source)
+            for pname, param in own.items():
+                value = getattr(layer, pname)
+                param.copy_(value + deltas if pname == "weight" and deltas is not None else value)
+        else:
+            for pname, param in own.items():
+                param.copy_(getattr(source, pname))
+
+
+def _deltas(layer: Any) -> torch.Tensor | None:
+    if getattr(layer, "merged", False) or getattr(layer, "disable_adapters", False):
+        return None  # merged deltas are already in the base weight; disabled ones do not apply
+    owned = {**getattr(layer, "lora_A", {}), **getattr(layer, "lora_embedding_A", {})}
+    active = [a for a in layer.active_adapters if a in owned]
+    if not active:
+        return None
+    return sum(layer.get_delta_weight(a) for a in active)

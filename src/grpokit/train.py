@@ -131,6 +131,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             callbacks=[metrics.callback(), stop.callback(), *callbacks],
             rollout_engine=recipe.rollout.engine,
             stop_texts=("</answer>",) if recipe.rollout.stop_at_answer else (),
+            rollout_copy=recipe.rollout.merged_copy,
         )
         if os.environ.get(PROBE_ENV):
             trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())

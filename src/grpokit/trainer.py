@@ -20,7 +20,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from grpokit.checkpoints import mark_complete
-from grpokit.rollout import SamplingSettings, sample
+from grpokit.rollout import RolloutCopy, SamplingSettings, sample, wants_copy
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,12 @@ class GrpoTrainer(GRPOTrainer):
         skip_zero_advantage: bool = True,
         rollout_engine: str = "grpokit",
         stop_texts: tuple[str, ...] = (),
+        rollout_copy: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.rollout_engine, self.stop_texts = rollout_engine, tuple(stop_texts)
+        self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
         self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args)
@@ -65,18 +67,36 @@ class GrpoTrainer(GRPOTrainer):
             ) as unwrapped_model,
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
-            # The training pass's precision for the rollout's matmuls too (bf16 where it measured faster).
-            torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=bool(self.args.bf16)),
         ):
-            completions = sample(
-                unwrapped_model,
-                prompt_ids,
-                settings,
-                eos_ids=self.eos_token_ids,
-                pad_id=self._tokenizer.pad_token_id,
-                tokenizer=self._tokenizer,
-            )
+            model, autocast = self._sampling_model(unwrapped_model)
+            # The training pass's precision for the rollout's matmuls too (bf16 where it measured faster).
+            with torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=autocast):
+                completions = sample(
+                    model,
+                    prompt_ids,
+                    settings,
+                    eos_ids=self.eos_token_ids,
+                    pad_id=self._tokenizer.pad_token_id,
+                    tokenizer=self._tokenizer,
+                )
         return completions, None
+
+    def _rollout_dtype(self) -> torch.dtype:
+        if self.args.bf16:
+            return torch.bfloat16
+        if self.args.fp16:
+            return torch.float16
+        return next(self.model.parameters()).dtype
+
+    def _sampling_model(self, policy: Any) -> tuple[Any, bool]:
+        """(model to sample from, whether to autocast): the merged copy where it differs from the policy
+        and the policy is whole on this process (ZeRO-3 and FSDP shard it: they sample on the policy)."""
+        sharded = self.is_fsdp_enabled or (
+            self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3
+        )
+        if self.rollout_copy is None or sharded or not wants_copy(policy, self.rollout_copy.dtype):
+            return policy, bool(self.args.bf16)
+        return self.rollout_copy.get(policy, self.state.global_step), False
 
     def _rollout_settings(self, images: Any, multimodal_fields: Any) -> SamplingSettings | None:
         if (
