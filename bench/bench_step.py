@@ -6,17 +6,20 @@ length), the seed's two rewards (strict format + correctness). Contenders:
 
 - TRL defaults: `GRPOTrainer` as the reference scripts use it (bf16 on, activation checkpointing on);
 - TRL hand-tuned for a CPU: float32, no checkpointing, beta 0;
-- grpokit: `GrpoTrainer` with a recipe's settings (what `grpokit train` builds: its own rollouts,
-  zero-advantage rows skipped, bf16 autocast where this CPU measures it faster); `grpokit-no-skip`
-  trains on every row, which is what a run whose groups all disagree costs.
+- grpokit: `GrpoTrainer` with a recipe's settings (what `grpokit train` builds: its own rollouts on a
+  bf16 copy of the policy, zero-advantage rows skipped, bf16 autocast where this CPU measures it
+  faster); `grpokit-no-skip` trains on every row, which is what a run whose groups all disagree costs.
 
 Per contender it times `--steps` GRPO steps and reports the mean of all but the first (warm-up), split
 into generation (TRL's `_generate`), rewards (`_calculate_rewards`), other scoring (old/ref logprobs,
 advantages) and the training pass (the rest of the step). The rollout ceiling comes from a GEMM of the
-decode shape (rows x 576 x 1536, SmolLM2's MLP) timed in the same run, divided by the model's FLOPs
-per token (2 x parameters).
+decode shape (rows x 576 x 1536, SmolLM2's MLP) timed in the same run in fp32 and bf16 (the faster one
+is the machine's ceiling), divided by the model's FLOPs per token (2 x parameters).
 
-Run: `make bench` (or python bench/bench_step.py --steps 3 --only grpokit,trl-tuned).
+`--lora` gives every contender the default recipe's adapter (LoRA r=16 on all linear layers) instead
+of the full fine-tune.
+
+Run: `make bench` (or python bench/bench_step.py --steps 3 --only grpokit,trl-tuned [--lora]).
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ from typing import Any
 PROMPTS, GENERATIONS, TOKENS = 4, 8, 64
 
 
-def gemm_gflops(rows: int, repeats: int = 30) -> float:
-    """fp32 GFLOP/s of the decode-shaped matmul [rows, 576] x [576, 1536]."""
+def gemm_gflops(rows: int, dtype: str = "float32", repeats: int = 30) -> float:
+    """GFLOP/s of the decode-shaped matmul [rows, 576] x [576, 1536] in `dtype`."""
     import torch
 
-    a, b = torch.randn(rows, 576), torch.randn(576, 1536)
+    a, b = torch.randn(rows, 576, dtype=getattr(torch, dtype)), torch.randn(576, 1536, dtype=getattr(torch, dtype))
     for _ in range(5):
         a @ b
     start = time.perf_counter()
@@ -84,7 +87,7 @@ def contender_config(name: str, out: Path) -> Any:
     raise ValueError(name)
 
 
-def run_contender(name: str, steps: int, out: Path) -> dict[str, float]:
+def run_contender(name: str, steps: int, out: Path, lora: bool = False) -> dict[str, float]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -104,6 +107,10 @@ def run_contender(name: str, steps: int, out: Path) -> dict[str, float]:
     rewards = [to_trl(n, make_reward(n, task), timeout=None) for n in ("format", "correctness")]
     cls = GrpoTrainer if name.startswith("grpokit") else GRPOTrainer
     kwargs = {"skip_zero_advantage": name != "grpokit-no-skip"} if cls is GrpoTrainer else {}
+    if lora:  # the default recipe's adapter, handed to each contender the same way (TRL wraps the model)
+        from peft import LoraConfig
+
+        kwargs["peft_config"] = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = cls(
         model=model,
         reward_funcs=rewards,
@@ -164,6 +171,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3, help="GRPO steps per contender (the first is warm-up)")
     parser.add_argument("--only", default="trl-defaults,trl-tuned,grpokit,grpokit-no-skip")
     parser.add_argument("--out", default="bench/out", help="scratch folder and results.json")
+    parser.add_argument("--lora", action="store_true", help="LoRA r=16 on all linear layers (the default recipe)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -171,22 +179,29 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(torch.get_num_threads())
-    gflops = {rows: gemm_gflops(rows) for rows in (PROMPTS * GENERATIONS, 256)}
+    # The machine's ceiling is its faster precision: bf16 where the CPU has bf16 instructions.
+    gemms = {
+        dtype: {rows: gemm_gflops(rows, dtype) for rows in (PROMPTS * GENERATIONS, 256)}
+        for dtype in ("float32", "bfloat16")
+    }
+    gflops = {rows: max(g[rows] for g in gemms.values()) for rows in (PROMPTS * GENERATIONS, 256)}
     params = 134_515_008
     ceiling = {rows: g * 1e9 / (2 * params) for rows, g in gflops.items()}
     results = {}
     for name in args.only.split(","):
         print(f"[bench] {name}: {args.steps} steps of {PROMPTS}x{GENERATIONS}x{TOKENS} tokens ...", flush=True)
-        results[name] = run_contender(name, args.steps, out / name)
+        results[name] = run_contender(name, args.steps, out / name, args.lora)
         print(f"[bench] {name}: {json.dumps({k: round(v, 2) for k, v in results[name].items()})}", flush=True)
 
     rows = PROMPTS * GENERATIONS
     from grpokit.precision import cpu_bf16_speedup
 
     print(f"\nbf16 / fp32 matmul speed on this CPU: {cpu_bf16_speedup():.2f}x")
+    for dtype, g in gemms.items():
+        print(f"GEMM {rows}x576x1536 {dtype}: {g[rows]:.0f} GFLOP/s (256 rows: {g[256]:.0f})")
     print(
-        f"\nGEMM {rows}x576x1536: {gflops[rows]:.0f} GFLOP/s -> rollout ceiling {ceiling[rows]:.0f} tok/s "
-        f"at {rows} rows (256 rows: {gflops[256]:.0f} GFLOP/s, {ceiling[256]:.0f} tok/s)"
+        f"rollout ceiling (faster precision): {ceiling[rows]:.0f} tok/s at {rows} rows "
+        f"(256 rows: {ceiling[256]:.0f} tok/s), for 2 x {params / 1e6:.1f}M FLOPs per token"
     )
     head = (
         f"{'contender':<16} {'step s':>7} {'gen s':>6} {'reward s':>8} {'other s':>7} {'train s':>7} "
@@ -204,8 +219,9 @@ def main() -> int:
             f"{r['other_scoring_s']:>7.1f} {r['train_pass_s']:>7.1f} {r['rollout_tok_s']:>6.0f} {share:>5.0f}% "
             f"{100 * r['rows_trained']:>4.0f}% {vs['trl-defaults']:>10.2f}x {vs['trl-tuned']:>7.2f}x"
         )
-    (out / "results.json").write_text(
-        json.dumps({"gemm_gflops": gflops, "ceiling_tok_s": ceiling, "results": results}, indent=2) + "\n"
+    (out / ("results_lora.json" if args.lora else "results.json")).write_text(
+        json.dumps({"gemm_gflops": gemms, "ceiling_tok_s": ceiling, "lora": args.lora, "results": results}, indent=2)
+        + "\n"
     )
     return 0
 

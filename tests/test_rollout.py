@@ -143,3 +143,30 @@ def test_bf16_copy_is_as_close_to_the_fp32_policy_as_autocast(model_and_tokenize
         unmerged_error = (RolloutCopy(torch.bfloat16).get(model, 0)(ids).logits.float() - exact).abs().max()
     assert copy_error <= 2 * autocast_error + 1e-3
     assert unmerged_error > 10 * copy_error  # the adapters matter: a copy without them is far off
+
+
+def test_copy_never_calls_back_into_a_wrapped_policy(model_and_tokenizer):
+    """A model prepared by accelerate with mixed precision has its `forward` replaced by an autocast
+    wrapper that closes over the original model; the copy must run its own weights, not that."""
+    import functools
+    import types
+
+    from grpokit.rollout import RolloutCopy
+
+    model, _ = model_and_tokenizer
+    policy = _lora(model, seed=4)
+    calls = []
+    inner = policy.get_base_model()  # the module the merged copy is made of (the policy itself without LoRA)
+    original = inner.forward
+
+    @functools.wraps(original.__func__)
+    def wrapped(self, *args, **kwargs):  # what accelerate's autocast wrapper does
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    inner._original_forward = original
+    inner.forward = types.MethodType(wrapped, inner)
+    copy = RolloutCopy(torch.bfloat16).get(policy, version=0)
+    with torch.no_grad():
+        copy(torch.tensor([PROMPTS[0]]))
+    assert calls == [] and "forward" not in vars(copy)

@@ -190,6 +190,12 @@ def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
     import copy
 
     model = copy.deepcopy(policy)
+    for module in model.modules():
+        # accelerate's mixed precision replaces a prepared model's `forward` with an autocast wrapper
+        # whose closure still calls the ORIGINAL model (deepcopy keeps function closures): the copy
+        # would silently run the fp32 policy under autocast. Back to the class's own forward.
+        module.__dict__.pop("forward", None)
+        module.__dict__.pop("_original_forward", None)
     if hasattr(model, "merge_and_unload"):  # peft: the copy's LoRA layers become plain, merged layers
         model = model.merge_and_unload()
     return model.to(dtype).eval().requires_grad_(False)
