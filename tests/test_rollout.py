@@ -110,7 +110,7 @@ def test_copy_holds_the_merged_policy_and_follows_its_updates(model_and_tokenize
     policy = _lora(model)
     ids = torch.tensor([PROMPTS[5]])
     rollout = RolloutCopy(torch.float32)
-    assert wants_copy(policy, torch.float32) and not wants_copy(model, torch.float32)
+    assert wants_copy(policy) and not wants_copy(model)
     first = rollout.get(policy, version=0)
     assert not hasattr(first, "get_base_model") and not any(p.requires_grad for p in first.parameters())
     with torch.no_grad():

@@ -178,7 +178,7 @@ class RolloutSection:
 
     engine "grpokit": each distinct prompt is prefilled once and its KV cache shared by its group,
     finished rows leave the batch, and with `stop_at_answer` a row ends at `</answer>` (EOS appended).
-    With `merged_copy` it samples from a copy of the policy with LoRA merged in and cast to the training
+    With `merged_copy`, a LoRA policy is sampled from a copy with the adapters merged in, in the training
     precision (bf16/fp16), refreshed after every optimizer step (not under ZeRO-3 or FSDP).
     engine "trl": TRL's own `model.generate` path.
     """

@@ -109,7 +109,7 @@ def _generate(
     eos_ids = _eos_ids(model, tokenizer)
     sampling = temperature is not None
     dtype = next(model.parameters()).dtype
-    runner = RolloutCopy(dtype).get(model, version=0) if wants_copy(model, dtype) else model
+    runner = RolloutCopy(dtype).get(model, version=0) if wants_copy(model) else model
     settings = SamplingSettings(
         max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_k=0 if sampling else 1
     )

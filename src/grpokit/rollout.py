@@ -159,11 +159,11 @@ def _cache_of(out: Any) -> Any:
 class RolloutCopy:
     """A plain copy of the policy to sample from: LoRA merged in, in the sampling dtype, eval mode.
 
-    Sampling on the training model pays twice per decoded token: bf16 autocast casts every fp32 weight
-    again at every step, and each LoRA layer adds its own small matmuls, dropout and add (seven per
-    block with all-linear targets). The copy holds `W + B A` already cast, the way vLLM holds weights
-    it was sent; `refresh` rewrites it from the policy once per optimizer step, which costs one read
-    of the weights instead of one per token.
+    Sampling on a LoRA model pays at every decoded token for each adapted layer's own small matmuls,
+    dropout and add (seven per block with all-linear targets), and under bf16 autocast for casting
+    every fp32 weight again. The copy holds `W + B A` already cast, the way vLLM holds weights it was
+    sent; `refresh` rewrites it from the policy once per optimizer step (94 ms for SmolLM2-135M with
+    LoRA r=16 on all linear layers).
     """
 
     def __init__(self, dtype: torch.dtype) -> None:
@@ -181,9 +181,12 @@ class RolloutCopy:
         return self.model
 
 
-def wants_copy(policy: Any, dtype: torch.dtype) -> bool:
-    """A copy pays when it differs from the policy: LoRA to merge, or another dtype."""
-    return hasattr(policy, "get_base_model") or next(policy.parameters()).dtype != dtype
+def wants_copy(policy: Any) -> bool:
+    """A copy pays for a LoRA policy: merged, each decoding step is half as long (measured, SmolLM2-135M,
+    LoRA r=16 on all linear layers: 5.0 s vs 11.3 s for 32 x 64 tokens). A full fine-tune samples on the
+    policy itself under autocast: there a bf16 copy measured no faster inside the trainer (5.75 s vs
+    5.23 s per rollout) and its refresh rewrote every weight each step."""
+    return hasattr(policy, "get_base_model")
 
 
 def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:

@@ -89,12 +89,12 @@ class GrpoTrainer(GRPOTrainer):
         return next(self.model.parameters()).dtype
 
     def _sampling_model(self, policy: Any) -> tuple[Any, bool]:
-        """(model to sample from, whether to autocast): the merged copy where it differs from the policy
-        and the policy is whole on this process (ZeRO-3 and FSDP shard it: they sample on the policy)."""
+        """(model to sample from, whether to autocast): the merged copy for a LoRA policy that is whole on
+        this process (ZeRO-3 and FSDP shard it: they sample on the policy)."""
         sharded = self.is_fsdp_enabled or (
             self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3
         )
-        if self.rollout_copy is None or sharded or not wants_copy(policy, self.rollout_copy.dtype):
+        if self.rollout_copy is None or sharded or not wants_copy(policy):
             return policy, bool(self.args.bf16)
         return self.rollout_copy.get(policy, self.state.global_step), False
 
