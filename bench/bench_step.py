@@ -35,19 +35,6 @@ from typing import Any
 PROMPTS, GENERATIONS, TOKENS = 4, 8, 64
 
 
-def gemm_gflops(rows: int, dtype: str = "float32", repeats: int = 30) -> float:
-    """GFLOP/s of the decode-shaped matmul [rows, 576] x [576, 1536] in `dtype`."""
-    import torch
-
-    a, b = torch.randn(rows, 576, dtype=getattr(torch, dtype)), torch.randn(576, 1536, dtype=getattr(torch, dtype))
-    for _ in range(5):
-        a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * rows * 576 * 1536 * repeats / (time.perf_counter() - start) / 1e9
-
-
 def contender_config(name: str, out: Path) -> Any:
     from trl import GRPOConfig
 
@@ -178,10 +165,12 @@ def main() -> int:
 
     import torch
 
+    from grpokit.precision import cpu_bf16_speedup, matmul_gflops
+
     torch.set_num_threads(torch.get_num_threads())
     # The machine's ceiling is its faster precision: bf16 where the CPU has bf16 instructions.
     gemms = {
-        dtype: {rows: gemm_gflops(rows, dtype) for rows in (PROMPTS * GENERATIONS, 256)}
+        dtype: {rows: matmul_gflops(rows, dtype, repeats=30) for rows in (PROMPTS * GENERATIONS, 256)}
         for dtype in ("float32", "bfloat16")
     }
     gflops = {rows: max(g[rows] for g in gemms.values()) for rows in (PROMPTS * GENERATIONS, 256)}
@@ -194,8 +183,6 @@ def main() -> int:
         print(f"[bench] {name}: {json.dumps({k: round(v, 2) for k, v in results[name].items()})}", flush=True)
 
     rows = PROMPTS * GENERATIONS
-    from grpokit.precision import cpu_bf16_speedup
-
     print(f"\nbf16 / fp32 matmul speed on this CPU: {cpu_bf16_speedup():.2f}x")
     for dtype, g in gemms.items():
         print(f"GEMM {rows}x576x1536 {dtype}: {g[rows]:.0f} GFLOP/s (256 rows: {g[256]:.0f})")

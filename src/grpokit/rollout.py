@@ -70,8 +70,6 @@ def draw(logits: torch.Tensor) -> torch.Tensor:
     30 ms per decoding step for 32 rows x 49,152 tokens, a quarter of the whole step. One uniform per
     row and a search in the float64 cumulative sum cost about 2 ms and draw from the same distribution.
     """
-    if logits.size(-1) == 1:
-        return torch.zeros(logits.size(0), dtype=torch.long, device=logits.device)
     cdf = logits.softmax(-1).double().cumsum(-1)
     u = torch.rand(logits.size(0), 1, dtype=torch.float64, device=logits.device) * cdf[:, -1:]
     # right=True skips entries of probability 0 (their cdf equals the previous one), so masked tokens never come.
@@ -147,7 +145,7 @@ def _cache_argument(model: Any) -> str:
     """transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40)."""
     import inspect
 
-    forward = getattr(model, "get_base_model", lambda: model)().forward
+    forward = _base(model).forward
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
@@ -189,6 +187,11 @@ def wants_copy(policy: Any) -> bool:
     return hasattr(policy, "get_base_model")
 
 
+def _base(model: Any) -> Any:
+    """The transformers model inside a peft wrapper (the model itself when there is none)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
     import copy
 
@@ -207,7 +210,7 @@ def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
 @torch.no_grad()
 def refresh(copy: Any, policy: Any) -> None:
     """Write the policy's effective weights (base + active LoRA deltas) into `copy`, module by module."""
-    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    base = _base(policy)
     for name, target in copy.named_modules():
         own = dict(target.named_parameters(recurse=False))
         if not own:
