@@ -43,14 +43,52 @@ def test_top_1_sampling_equals_greedy_generate(model_and_tokenizer):
     assert any(len(row) < 12 for row in got) and any(len(row) == 12 for row in got)
 
 
-def test_stop_text_ends_a_row_with_eos_and_min_new_tokens_holds(model_and_tokenizer):
+def scripted_draws(monkeypatch, script):
+    """Make the sampler draw `script` in order (one row), whatever the logits say."""
+    import grpokit.rollout as rollout
+
+    tokens = iter(script)
+    monkeypatch.setattr(rollout, "draw", lambda logits: torch.tensor([next(tokens)] * logits.size(0)))
+
+
+@pytest.mark.parametrize(
+    ("after_stop", "is_end", "expected"),
+    [
+        (40, False, [20, 21, 22]),  # drawn after the stop text, not an end token: dropped, row ends on the stop
+        (2, True, [20, 21, 22, 2]),  # an end token the model drew: kept, so stopping well is taught
+    ],
+)
+def test_a_stop_text_ends_the_row_on_tokens_the_model_drew(
+    model_and_tokenizer, monkeypatch, after_stop, is_end, expected
+):
+    """Nothing the model did not draw is returned: the trainer trains every returned token with its row's
+    advantage, and an appended EOS would push rows with a negative advantage away from stopping."""
+    from grpokit.rollout import finished
+
+    model, tokenizer = model_and_tokenizer
+    eos = [tokenizer.eos_token_id, *([after_stop] if is_end else [])]
+    scripted_draws(monkeypatch, [20, 21, 22, after_stop, 50, 51, 52])
+    stop = tokenizer.decode([21, 22])
+    settings = SamplingSettings(max_new_tokens=7, stop_texts=(stop,))
+    (row,) = sample(model, PROMPTS[:1], settings, eos_ids=eos, pad_id=0, tokenizer=tokenizer)
+    assert row == expected
+    assert finished(row, eos, tokenizer, (stop,))
+    assert not finished([20, 50, 51], eos, tokenizer, (stop,))  # ran out of tokens
+
+
+def test_a_stop_text_at_the_token_limit_adds_nothing(model_and_tokenizer, monkeypatch):
+    model, tokenizer = model_and_tokenizer
+    scripted_draws(monkeypatch, [20, 21, 22, 2])
+    settings = SamplingSettings(max_new_tokens=3, stop_texts=(tokenizer.decode([21, 22]),))
+    (row,) = sample(model, PROMPTS[:1], settings, eos_ids=[tokenizer.eos_token_id, 2], pad_id=0, tokenizer=tokenizer)
+    assert row == [20, 21, 22]  # never longer than max_new_tokens
+
+
+def test_min_new_tokens_holds_back_end_tokens_and_stop_texts(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     eos = [tokenizer.eos_token_id]
     free = greedy_reference(model, tokenizer, PROMPTS[:1], 12, eos)[0]
     stop = tokenizer.decode(free[4:6])
-    settings = SamplingSettings(max_new_tokens=12, top_k=1, stop_texts=(stop,))
-    (row, *_) = sample(model, PROMPTS[:1], settings, eos_ids=eos, pad_id=0, tokenizer=tokenizer)
-    assert stop in tokenizer.decode(row[:-1]) and row[-1] == tokenizer.eos_token_id and len(row) <= 7
     held = SamplingSettings(max_new_tokens=12, top_k=1, min_new_tokens=10, stop_texts=(stop,))
     (row,) = sample(model, PROMPTS[:1], held, eos_ids=[free[1]], pad_id=0, tokenizer=tokenizer)
     assert len(row) >= 10 and free[1] not in row[:9]

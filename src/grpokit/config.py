@@ -93,12 +93,17 @@ class RewardSpec:
     name: str
     weight: float = 1.0
     params: dict[str, Any] = field(default_factory=dict)
-    # Seconds one sample may take; past it the sample scores 0 and counts as an error (0: no limit).
+    # Seconds one sample may take; past it the call fails and counts as an error (0: no limit).
     timeout: float = 10.0
+    # A failed call (error, timeout, NaN): "exclude" leaves the sample out of its group's statistics
+    # with advantage 0 (a failure is not a wrong answer); "zero" scores it 0.
+    on_error: str = "exclude"
 
     def validate(self) -> None:
         if self.weight != self.weight or abs(self.weight) == float("inf"):
             raise RecipeError(f"reward {self.name!r} has weight {self.weight}; use a finite number")
+        if self.on_error not in ("exclude", "zero"):
+            raise RecipeError(f"reward {self.name!r} has on_error={self.on_error!r}; use exclude or zero")
         if not self.timeout >= 0:
             raise RecipeError(f"reward {self.name!r} has timeout {self.timeout}; use seconds >= 0 (0: no limit)")
 

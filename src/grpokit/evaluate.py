@@ -97,6 +97,7 @@ def _generate(
     per_prompt: int = 1,
     temperature: float | None = None,
     label: str = "eval",
+    stop_texts: tuple[str, ...] = (),
 ) -> _Generations:
     """Decode `per_prompt` completions per prompt: greedy when temperature is None, else sampled.
 
@@ -104,14 +105,14 @@ def _generate(
     the batch; greedy equals `generate`'s, tested) and, for a LoRA model, on a merged copy in the model's
     own dtype: the adapters' extra matmuls halve decoding speed, the merged weights give the same logits.
     """
-    from grpokit.rollout import RolloutCopy, SamplingSettings, sample, wants_copy
+    from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, wants_copy
 
     eos_ids = _eos_ids(model, tokenizer)
     sampling = temperature is not None
     dtype = next(model.parameters()).dtype
     runner = RolloutCopy(dtype).get(model, version=0) if wants_copy(model) else model
     settings = SamplingSettings(
-        max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_k=0 if sampling else 1
+        max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_k=0 if sampling else 1, stop_texts=stop_texts
     )
     ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     completions: list[list[str]] = []
@@ -121,12 +122,11 @@ def _generate(
     start = time.perf_counter()
     for first in range(0, len(prompts), prompts_per_batch):
         rows = [row for row in ids[first : first + prompts_per_batch] for _ in range(per_prompt)]
-        out = sample(runner, rows, settings, eos_ids=eos_ids, pad_id=tokenizer.pad_token_id)
+        out = sample(runner, rows, settings, eos_ids=eos_ids, pad_id=tokenizer.pad_token_id, tokenizer=tokenizer)
         texts = []
-        for row in out:  # a row ends with its EOS token, or is truncated at max_new_tokens
-            ended = bool(row) and row[-1] in eos_ids
+        for row in out:  # a row ends with its EOS token or a stop text, or is truncated at max_new_tokens
             lengths.append(len(row))
-            truncated += not ended
+            truncated += not finished(row, eos_ids, tokenizer, stop_texts)
             texts.append(tokenizer.decode(row, skip_special_tokens=True))
         completions.extend(texts[i : i + per_prompt] for i in range(0, len(texts), per_prompt))
         done, elapsed = len(completions), time.perf_counter() - start
@@ -155,14 +155,27 @@ def evaluate(
     samples_per_problem: int = 0,
     k: list[int] | tuple[int, ...] = (1, 4, 8),
     temperature: float = 1.0,
+    stop_texts: tuple[str, ...] = (),
 ) -> EvalResult:
-    """Greedy-decode every example once and score it with `task.score`; optionally sample for pass@k."""
+    """Greedy-decode every example once and score it with `task.score`; optionally sample for pass@k.
+
+    `stop_texts` end a completion as they end a training rollout (`rollout.stop_at_answer`), so the
+    model is evaluated on the completions it is trained on.
+    """
     prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt)) for ex in examples]
     prefilled = think_prefilled(prompts[0]) if prompts else False
     was_training = model.training
     model.eval()
     try:
-        greedy = _generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, label=label)
+        greedy = _generate(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            label=label,
+            stop_texts=stop_texts,
+        )
         sampled = None
         if samples_per_problem:
             sampled = _generate(
@@ -174,6 +187,7 @@ def evaluate(
                 per_prompt=samples_per_problem,
                 temperature=temperature,
                 label=f"{label} sampled x{samples_per_problem}",
+                stop_texts=stop_texts,
             )
     finally:
         model.train(was_training)
@@ -271,4 +285,10 @@ def evaluate_recipe(
         samples_per_problem=recipe.eval.samples_per_problem,
         k=recipe.eval.k,
         temperature=recipe.eval.temperature,
+        stop_texts=stop_texts(recipe),
     )
+
+
+def stop_texts(recipe: Any) -> tuple[str, ...]:
+    """The texts that end a rollout in training, and so an evaluation completion."""
+    return ("</answer>",) if recipe.rollout.stop_at_answer else ()

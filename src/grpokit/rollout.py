@@ -9,7 +9,11 @@ longest one ends.
 
 Sampling matches `generate` with `do_sample=True`: temperature, then top-k, then top-p, drawn with
 torch's global RNG; `min_new_tokens` suppresses EOS (and stop texts) until that many tokens exist.
-A row that stops on a stop text gets EOS appended, so it reads as finished rather than truncated.
+
+Every returned token was drawn by the model: the trainer trains each one with its row's advantage. A
+row that writes a stop text gets one more draw: an end token it draws is kept (a row that stops well
+is taught to stop), anything else is dropped and the row ends on the stop text. Appending an EOS the
+model never drew would train it too, pushing rows with a negative advantage away from stopping.
 """
 
 from __future__ import annotations
@@ -86,7 +90,8 @@ def sample(
     pad_id: int,
     tokenizer: Any = None,
 ) -> list[list[int]]:
-    """Sampled completion token ids, one list per prompt row (EOS included when the row ended)."""
+    """Sampled completion token ids, one list per prompt row: each drawn by the model, EOS included when
+    the row drew it. See `finished` for whether a row ended or was cut at `max_new_tokens`."""
     device = next(model.parameters()).device
     distinct, counts = group_runs(prompts)
     width = max(len(p) for p in distinct)
@@ -110,18 +115,23 @@ def sample(
     cache_kwarg = _cache_argument(model)
     tail = max((len(t) for t in settings.stop_texts), default=0)
 
+    stopping = torch.zeros(rows, dtype=torch.bool, device=device)  # wrote a stop text: one last draw
     for step in range(settings.max_new_tokens):
         if step < settings.min_new_tokens:
             logits[:, eos] = float("-inf")
         tokens = logits.argmax(-1) if settings.top_k == 1 else draw(filter_logits(logits, settings))  # [B]
         done = torch.isin(tokens, eos)
         for b, (row, token) in enumerate(zip(active.tolist(), tokens.tolist(), strict=True)):
+            if stopping[row]:  # the draw after a stop text: keep it only if it ends the row
+                if not done[b]:
+                    done[b] = True
+                else:
+                    produced[row].append(token)
+                continue
             produced[row].append(token)
             if stop_check and not done[b] and step + 1 >= settings.min_new_tokens:
                 text = tokenizer.decode(produced[row][-(tail + 2) :], skip_special_tokens=False)
-                if any(stop in text for stop in settings.stop_texts):
-                    produced[row].append(int(eos[0]))
-                    done[b] = True
+                stopping[row] = any(stop in text for stop in settings.stop_texts)
         if bool(done.all()) or step + 1 == settings.max_new_tokens:
             break
         keep = (~done).nonzero().squeeze(1)
@@ -139,6 +149,16 @@ def sample(
         )
         cache, logits = _cache_of(out), out.logits[:, -1, :].float()
     return produced
+
+
+def finished(row: Sequence[int], eos_ids: Sequence[int], tokenizer: Any = None, stop_texts: Sequence[str] = ()) -> bool:
+    """Whether a sampled row ended (its EOS, or a stop text at its end) rather than ran out of tokens."""
+    if row and row[-1] in eos_ids:
+        return True
+    if not (row and stop_texts and tokenizer is not None):
+        return False
+    tail = tokenizer.decode(row[-(max(len(t) for t in stop_texts) + 2) :], skip_special_tokens=False)
+    return any(stop in tail for stop in stop_texts)
 
 
 def _cache_argument(model: Any) -> str:

@@ -36,7 +36,7 @@ from grpokit.checkpoints import (
     truncate_metrics,
 )
 from grpokit.config import Recipe, RecipeError, build_grpo_config
-from grpokit.evaluate import EvalResult, evaluate_recipe
+from grpokit.evaluate import EvalResult, evaluate_recipe, stop_texts
 from grpokit.health import HealthMonitor
 from grpokit.models import load_model
 from grpokit.rewards import make_reward, to_trl
@@ -112,6 +112,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
                 prefilled,
                 run_dir / "reward_errors.jsonl",
                 spec.timeout or None,
+                spec.on_error,
             )
             for spec in recipe.rewards
         ]
@@ -130,7 +131,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             processing_class=tokenizer,
             callbacks=[metrics.callback(), stop.callback(), *callbacks],
             rollout_engine=recipe.rollout.engine,
-            stop_texts=("</answer>",) if recipe.rollout.stop_at_answer else (),
+            stop_texts=stop_texts(recipe),
             rollout_copy=recipe.rollout.merged_copy,
         )
         if os.environ.get(PROBE_ENV):

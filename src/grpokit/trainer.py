@@ -18,9 +18,10 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
+from trl.trainer.callbacks import SyncRefModelCallback
 
 from grpokit.checkpoints import mark_complete
-from grpokit.rollout import RolloutCopy, SamplingSettings, sample, wants_copy
+from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, wants_copy
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,14 @@ class GrpoTrainer(GRPOTrainer):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if self.ref_model is not None:
+            # TRL reloads a full fine-tune's reference from the checkpoint it came from; after an earlier
+            # stage (a cold start, a format stage) that is a model that never wrote the tags. The KL term
+            # holds a stage near the policy it started from. (LoRA: TRL copies the adapter as "ref".)
+            SyncRefModelCallback.sync_target_model(self.model, self.ref_model, alpha=1.0)
         self.rollout_engine, self.stop_texts = rollout_engine, tuple(stop_texts)
+        # A row that ends on a stop text has no EOS, which TRL would read as truncated: grpokit decides.
+        self.mask_truncated_rows, self.mask_truncated_completions = self.mask_truncated_completions, False
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
@@ -120,6 +128,17 @@ class GrpoTrainer(GRPOTrainer):
             stop_texts=self.stop_texts,
         )
 
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # [B, F]
+        # TRL drops a None from the sum and scores the rest: a sample whose verifier failed would compete on
+        # its format reward alone. One failed grpokit reward makes the whole sample unscorable (NaN), which
+        # TRL leaves out of the group's mean and std and gives an advantage of 0.
+        excluding = [i for i, f in enumerate(self.reward_funcs) if getattr(f, "excludes_failures", False)]
+        if excluding:
+            failed = torch.isnan(rewards_per_func[:, excluding]).any(dim=1)
+            rewards_per_func[failed] = torch.nan
+        return rewards_per_func
+
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
         if self.args.should_save:  # the main process marks the checkpoint complete, last
@@ -131,6 +150,7 @@ class GrpoTrainer(GRPOTrainer):
             self.prompts_seen.extend(str(x.get("prompt", "")) for x in inputs if isinstance(x, dict))
         batch = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
+        self._account_truncation(batch, mode)
         for func in self.reward_funcs:
             if hasattr(func, "errors"):  # grpokit's adapter: failures since the last batch
                 self._metrics[mode][f"rewards/{func.__name__}/errors"].append(float(func.errors))
@@ -147,6 +167,20 @@ class GrpoTrainer(GRPOTrainer):
         kept = int(mask.sum())
         self._metrics["train"]["rows_trained_frac"].append(kept / mask.numel())
         return batch if kept == mask.numel() else _select_rows(batch, mask)
+
+    def _account_truncation(self, batch: dict[str, Any], mode: str) -> None:
+        """Rows that ran out of tokens (neither an EOS nor a stop text at their end): TRL's clipped ratio
+        counted stop-text endings as truncated, and `mask_truncated_completions` masks only true ones."""
+        ids, mask = batch["completion_ids"], batch["completion_mask"]  # [B, C]
+        rows = [row[m.bool()].tolist() for row, m in zip(ids.cpu(), mask.cpu(), strict=True)]
+        truncated = torch.tensor(
+            [not finished(r, self.eos_token_ids, self._tokenizer, self.stop_texts) for r in rows], device=ids.device
+        )
+        self._metrics[mode]["completions/clipped_ratio"][-1] = self.accelerator.gather(truncated).float().mean().item()
+        if self.mask_truncated_rows and truncated.any():
+            removed = (mask * truncated.unsqueeze(1)).sum()
+            batch["completion_mask"] = mask * (~truncated).unsqueeze(1).to(mask.dtype)
+            batch["num_items_in_batch"] = batch["num_items_in_batch"] - self.accelerator.gather(removed).sum()
 
 
 def skipping_is_exact(args: Any) -> bool:

@@ -70,10 +70,15 @@ def test_a_failing_reward_scores_zero_and_is_counted(tmp_path):
 
     log = tmp_path / "reward_errors.jsonl"
     trl_reward = to_trl("flaky", flaky, error_log=log)
-    assert trl_reward([""] * 4, ["ok", "boom", "inf", "boom again"]) == [1.0, 0.0, 0.0, 0.0]
+    # A failure is not a wrong answer: None leaves the sample out of its group's statistics.
+    assert trl_reward([""] * 4, ["ok", "boom", "inf", "boom again"]) == [1.0, None, None, None]
     assert trl_reward.errors == 3
     (entry,) = [line for line in log.read_text().splitlines()]  # one example per reward, not one per failure
     assert "RuntimeError: verifier crashed" in entry and '"completion": "boom"' in entry
+    zero = to_trl("flaky", flaky, on_error="zero")  # the recipe's choice: a failure scores 0
+    assert zero([""] * 3, ["ok", "boom", "inf"]) == [1.0, 0.0, 0.0] and zero.errors == 2
+    with pytest.raises(ValueError, match="on_error"):
+        to_trl("flaky", flaky, on_error="skip")
 
 
 def test_a_hanging_reward_is_cut_off_and_the_next_sample_is_scored():
@@ -88,6 +93,6 @@ def test_a_hanging_reward_is_cut_off_and_the_next_sample_is_scored():
 
     trl_reward = to_trl("slow", sometimes_hangs, timeout=0.2)
     # Had the adapter waited for the stuck call, it would have scored 1.0 (after 30 s).
-    assert trl_reward([""] * 3, ["ok", "hang", "ok"]) == [1.0, 0.0, 1.0]
+    assert trl_reward([""] * 3, ["ok", "hang", "ok"]) == [1.0, None, 1.0]
     assert trl_reward.errors == 1
     release.set()

@@ -25,6 +25,7 @@ RewardFactory = Callable[..., Reward]
 REWARDS: dict[str, RewardFactory] = {}
 BOUNDS: dict[str, tuple[float, float]] = {}  # each reward's range with its default parameters
 DEFAULT_TIMEOUT_S = 10.0
+ON_ERROR = ("exclude", "zero")  # what a failed reward call scores: left out of its group, or 0
 
 
 def register_reward(name: str, bounds: tuple[float, float] = (0.0, 1.0)) -> Callable[[RewardFactory], RewardFactory]:
@@ -57,14 +58,20 @@ def to_trl(
     think_prefilled: bool = False,
     error_log: Path | None = None,
     timeout: float | None = DEFAULT_TIMEOUT_S,
-) -> Callable[..., list[float]]:
+    on_error: str = "exclude",
+) -> Callable[..., list[float | None]]:
     """TRL calls reward functions with the batch: prompts, completions and each dataset column as a list.
 
-    A reward that raises, returns NaN or infinity, or runs past `timeout` seconds on one sample scores
-    that sample 0 instead of ending or blocking the run (one +inf reward turns every weight into NaN
-    after a step; TRL has no timeout). Failures are counted in `errors` (the trainer logs them as
-    `rewards/<name>/errors`), and the first one is written to `error_log` with its completion.
+    A reward that raises, returns NaN or infinity, or runs past `timeout` seconds on one sample does not
+    end or block the run (one +inf reward turns every weight into NaN after a step; TRL has no timeout).
+    A failure is not a wrong answer: with `on_error="exclude"` the sample scores None, and grpokit's
+    trainer leaves it out of its group's mean and std with an advantage of 0 (a verifier timeout on a
+    right answer would otherwise be pushed down); `on_error="zero"` scores it 0. Failures are counted in
+    `errors` (the trainer logs them as `rewards/<name>/errors`), and the first one is written to
+    `error_log` with its completion.
     """
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error={on_error!r}; use one of {', '.join(ON_ERROR)}")
     call = Deadline(reward, timeout) if timeout else reward
 
     def trl_reward(prompts: list, completions: list, **columns: Any) -> list[float]:
@@ -72,7 +79,7 @@ def to_trl(
             {key: values[i] for key, values in columns.items() if isinstance(values, list)}
             for i in range(len(completions))
         ]
-        scores = []
+        scores: list[float | None] = []
         for completion, row in zip(completions, rows, strict=True):
             text = normalize_completion(_text(completion), think_prefilled)
             try:
@@ -80,7 +87,7 @@ def to_trl(
                 if not math.isfinite(value):
                     raise ValueError(f"returned {value}")
             except Exception as err:
-                value = 0.0
+                value = None if on_error == "exclude" else 0.0
                 trl_reward.errors += 1
                 _record_error(error_log, name, err, text)
             scores.append(value)
@@ -88,6 +95,7 @@ def to_trl(
 
     trl_reward.__name__ = name
     trl_reward.errors = 0  # failures since the trainer last read them
+    trl_reward.excludes_failures = on_error == "exclude"  # the trainer leaves a failed sample out of its group
     return trl_reward
 
 
