@@ -1,6 +1,5 @@
 """A reward that fails on a sample leaves that sample out of its group's statistics (recipe default)."""
 
-import pytest
 import torch
 
 from grpokit.config import build_grpo_config, build_recipe

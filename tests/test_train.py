@@ -72,7 +72,9 @@ def test_run_directory_holds_what_it_promises(tiny_model_dir, tmp_path, length_r
         "trainer_state.json",
         "eval_before.json",
         "eval_cold_start.json",
+        "eval_grpo.json",
         "eval_after.json",
+        "stages.json",
         "summary.json",
         "adapter/adapter_config.json",
         "cold_start/adapter/adapter_config.json",
@@ -89,7 +91,12 @@ def test_run_directory_holds_what_it_promises(tiny_model_dir, tmp_path, length_r
     after = json.loads((run_dir / "eval_after.json").read_text())
     assert after["n"] == 6 and 0.0 <= after["accuracy"] <= 1.0 and len(after["samples"]) == 2
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert set(summary["evals"]) == {"before", "cold_start", "after"}
+    stages = summary["stages"]
+    assert [(s["name"], s["kind"]) for s in stages] == [("before", "eval"), ("cold_start", "sft"), ("grpo", "grpo")]
+    assert all(s["n"] == 6 and 0.0 <= s["accuracy"] <= 1.0 and s["minutes"] >= 0 for s in stages)
+    assert stages[2]["gain"] == stages[2]["accuracy"] - stages[1]["accuracy"] == summary["grpo_gain"]
+    assert set(summary["evals"]) == {"before", "cold_start", "grpo", "after"}
+    assert json.loads((run_dir / "stages.json").read_text()) == stages
     assert "grpo step 2/2" in (run_dir / "train.log").read_text()
     # The resolved recipe reloads as the same recipe.
     import yaml

@@ -66,20 +66,30 @@ class PeriodicEval:
     eval's completions are kept in `evals/step_<N>.json`, the same prompts every time.
     """
 
-    def __init__(self, trainer: Any, tokenizer: Any, task: Any, examples: list, recipe: Recipe, run_dir: Path) -> None:
+    def __init__(
+        self,
+        trainer: Any,
+        tokenizer: Any,
+        task: Any,
+        examples: list,
+        recipe: Recipe,
+        run_dir: Path,
+        stage: str = "grpo",
+    ) -> None:
         self.trainer, self.tokenizer, self.task, self.examples, self.recipe = trainer, tokenizer, task, examples, recipe
-        self.folder = run_dir / "evals"
+        self.folder, self.stage = run_dir / "evals", stage
 
     def run(self, step: int) -> EvalResult:
         greedy = dataclasses.replace(self.recipe.eval, samples_per_problem=0, samples=len(self.examples))
         recipe = dataclasses.replace(self.recipe, eval=greedy)
         result = evaluate_recipe(
-            self.trainer.model, self.tokenizer, self.task, self.examples, recipe, f"eval step {step}"
+            self.trainer.model, self.tokenizer, self.task, self.examples, recipe, f"eval {self.stage} step {step}"
         )
         self.folder.mkdir(exist_ok=True)
-        result.save(self.folder / f"step_{step:05d}.json")
+        result.save(self.folder / step_eval_name(self.stage, step))
         log.info(
-            "eval at step %d: accuracy %.1f%%, format %.1f%% on %d problems",
+            "eval at %s step %d: accuracy %.1f%%, format %.1f%% on %d problems",
+            self.stage,
             step,
             100 * result.accuracy,
             100 * result.format_rate,
@@ -100,6 +110,12 @@ class PeriodicEval:
                     outer.run(step)
 
         return _Callback()
+
+
+def step_eval_name(stage: str, step: int) -> str:
+    """The file of a periodic evaluation in `evals/`: `step_N.json` in a stage called grpo (the
+    single-stage recipe's), `<stage>-step_N.json` in others."""
+    return f"step_{step:05d}.json" if stage == "grpo" else f"{stage}-step_{step:05d}.json"
 
 
 class MetricsLog:

@@ -1,4 +1,4 @@
-"""Cold start: a short supervised pass on demonstrations the task writes, before GRPO.
+"""The sft stage (R1's "cold start"): a short supervised pass on demonstrations the task writes.
 
 GRPO learns only from groups whose rewards differ. A small model that never writes the tags scores 0
 on every completion, so every advantage is zero and nothing moves. A few dozen steps of SFT on the
@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from grpokit.checkpoints import mark_complete
 from grpokit.config import Recipe, default_report_to
 from grpokit.precision import trainer_precision
 from grpokit.tasks.base import Task, render_prompt
@@ -29,13 +30,15 @@ def build_demonstrations(task: Task, tokenizer: Any, recipe: Recipe) -> list[dic
     return rows
 
 
-def run(model: Any, tokenizer: Any, task: Task, recipe: Recipe, out_dir: Path, callbacks: list | None = None) -> Any:
-    """Train `model` (already wrapped with LoRA when the recipe asks for it) on demonstrations."""
+def build_trainer(model: Any, tokenizer: Any, recipe: Recipe, out_dir: Path, callbacks: list | None = None) -> Any:
+    """An SFTTrainer for `model` (already wrapped with LoRA when the recipe asks for it) on demonstrations,
+    saving complete checkpoints into `out_dir` every output.save_every steps (a run resumes inside it)."""
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     cfg = recipe.cold_start
-    data = Dataset.from_list(build_demonstrations(task, tokenizer, recipe))
+    data = Dataset.from_list(build_demonstrations(task_of(recipe), tokenizer, recipe))
     args = SFTConfig(
         output_dir=str(out_dir),
         max_steps=cfg.steps,
@@ -45,7 +48,9 @@ def run(model: Any, tokenizer: Any, task: Task, recipe: Recipe, out_dir: Path, c
         warmup_steps=min(3, cfg.steps),
         completion_only_loss=True,  # measured: loss on the whole sequence learns the format ~20x worse
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps" if recipe.output.save_every else "no",
+        save_steps=recipe.output.save_every or 500,
+        save_total_limit=recipe.output.keep,
         report_to=recipe.grpo.get("report_to", default_report_to()),
         **trainer_precision(recipe.grpo.get("bf16")),
         gradient_checkpointing=False,
@@ -53,11 +58,23 @@ def run(model: Any, tokenizer: Any, task: Task, recipe: Recipe, out_dir: Path, c
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
-    log.info(
-        "cold start: %d demonstrations, %d steps of %d, lr %g", len(data), cfg.steps, cfg.batch_size, cfg.learning_rate
+    log.info("sft: %d demonstrations, %d steps of %d, lr %g", len(data), cfg.steps, cfg.batch_size, cfg.learning_rate)
+
+    class _MarkComplete(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                mark_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[*(callbacks or []), _MarkComplete()],
     )
-    trainer = SFTTrainer(
-        model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=callbacks or []
-    )
-    trainer.train()
-    return trainer.model
+
+
+def task_of(recipe: Recipe) -> Task:
+    from grpokit.tasks import build_task
+
+    return build_task(recipe.task.name, recipe.task.params)

@@ -89,6 +89,30 @@ class TaskSection:
 
 
 @dataclass
+class AdaptiveSection:
+    """Adaptive reward scaling: after each GRPO step the reward's weight moves with its rolling success
+    rate (its mean over the last `window` steps). At or above `target` the skill is learned and the
+    weight shrinks by `rate` (down to `min_weight`), so the other rewards decide the advantages; below
+    it the weight grows back by `rate` (up to `max_weight`). Each step's weights are logged as
+    `weights/<reward>`."""
+
+    target: float = 0.9
+    rate: float = 0.2
+    min_weight: float = 0.1
+    max_weight: float = 1.0
+    window: int = 3
+
+    def validate(self, name: str) -> None:
+        if not 0 < self.rate < 1 or self.window < 1:
+            raise RecipeError(f"reward {name!r}: adaptive.rate={self.rate} must be in (0, 1), window >= 1")
+        if not 0 <= self.min_weight <= self.max_weight:
+            raise RecipeError(
+                f"reward {name!r}: adaptive.min_weight={self.min_weight} must be >= 0 and "
+                f"<= max_weight={self.max_weight}"
+            )
+
+
+@dataclass
 class RewardSpec:
     name: str
     weight: float = 1.0
@@ -98,8 +122,16 @@ class RewardSpec:
     # A failed call (error, timeout, NaN): "exclude" leaves the sample out of its group's statistics
     # with advantage 0 (a failure is not a wrong answer); "zero" scores it 0.
     on_error: str = "exclude"
+    adaptive: AdaptiveSection | None = None  # None: the weight stays fixed
 
     def validate(self) -> None:
+        if self.adaptive is not None:
+            self.adaptive.validate(self.name)
+            if not self.adaptive.min_weight <= self.weight <= self.adaptive.max_weight:
+                raise RecipeError(
+                    f"reward {self.name!r}: weight {self.weight} is outside adaptive.min_weight.."
+                    f"adaptive.max_weight ({self.adaptive.min_weight}..{self.adaptive.max_weight})"
+                )
         if self.weight != self.weight or abs(self.weight) == float("inf"):
             raise RecipeError(f"reward {self.name!r} has weight {self.weight}; use a finite number")
         if self.on_error not in ("exclude", "zero"):
@@ -128,6 +160,45 @@ class ColdStartSection:
                 raise RecipeError(f"cold_start.{key}={getattr(self, key)}; it must be >= 1")
         if not self.learning_rate > 0:
             raise RecipeError(f"cold_start.learning_rate={self.learning_rate}; it must be > 0")
+
+
+@dataclass
+class DynamicSamplingSection:
+    """DAPO's dynamic sampling: a GRPO step keeps only groups whose rewards differ (the others have
+    advantage 0 and teach nothing), drawing more prompts until the batch is full of them or
+    `max_extra` more batches' worth of rollouts were spent. Uniform groups fill what is left.
+    Logged per step: `dynamic/kept_frac` (informative groups in the batch) and `dynamic/extra_rollouts`."""
+
+    enabled: bool = False
+    max_extra: float = 1.0  # extra rollouts per step, in batches (1.0: at most one more batch's worth)
+
+    def validate(self) -> None:
+        if self.max_extra < 0:
+            raise RecipeError(f"dynamic_sampling.max_extra={self.max_extra}; it must be >= 0")
+
+
+@dataclass
+class CurriculumSection:
+    """Curriculum within a GRPO stage: the task parameter `param` takes the values in `levels`, easiest
+    first, moving to the next one when the rolling mean of the `reward` (its success rate) over
+    `window` steps reaches `threshold`. Logged per step as `curriculum/level`."""
+
+    param: str | None = None  # None: no curriculum
+    levels: list[Any] = field(default_factory=list)
+    threshold: float = 0.8
+    window: int = 3
+    reward: str = "correctness"
+
+    def validate(self) -> None:
+        if self.param is None:
+            return
+        if len(self.levels) < 2:
+            raise RecipeError(f"curriculum.levels={self.levels}: give at least two values of {self.param!r}")
+        if not 0 < self.threshold <= 1 or self.window < 1:
+            raise RecipeError(
+                f"curriculum.threshold={self.threshold}, window={self.window}: "
+                "use a threshold in (0, 1] and window >= 1"
+            )
 
 
 @dataclass
@@ -212,6 +283,47 @@ class LaunchSection:
             raise RecipeError(f"launch.config={self.config!r}: no such file (see recipes/accelerate/)")
 
 
+STAGE_KINDS = ("sft", "grpo")
+
+
+@dataclass
+class StageSection:
+    """One stage of a multi-stage recipe. It runs on the policy the previous stage left and is evaluated
+    on the recipe's held-out set. Unset fields take the recipe's own: `steps` is cold_start.steps (sft)
+    or grpo.max_steps (grpo); `rewards`, `dynamic_sampling` and `curriculum` the top-level sections;
+    `task_params` are laid over task.params (a later stage can raise the difficulty); `grpo` over the
+    grpo: section (temperature, num_generations, ...)."""
+
+    name: str
+    kind: str = "grpo"
+    steps: int | None = None
+    learning_rate: float | None = None
+    rewards: list[RewardSpec] | None = None
+    task_params: dict[str, Any] = field(default_factory=dict)
+    grpo: dict[str, Any] = field(default_factory=dict)
+    examples: int | None = None  # sft: demonstrations
+    batch_size: int | None = None  # sft: demonstrations per step
+    dynamic_sampling: DynamicSamplingSection | None = None
+    curriculum: CurriculumSection | None = None
+
+    def validate(self) -> None:
+        if self.kind not in STAGE_KINDS:
+            raise RecipeError(f"stage {self.name!r}: kind={self.kind!r}; use one of {', '.join(STAGE_KINDS)}")
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", self.name) or self.name in ("before", "after", "adapter", "model"):
+            raise RecipeError(
+                f"stage name {self.name!r}: use letters, digits, '_' or '-' (it names a folder), not before/after"
+            )
+        if self.steps is not None and self.steps < 1:
+            raise RecipeError(f"stage {self.name!r}: steps={self.steps}; it must be >= 1")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise RecipeError(f"stage {self.name!r}: learning_rate={self.learning_rate}; it must be > 0")
+        if self.kind == "sft" and (self.rewards or self.grpo or self.dynamic_sampling or self.curriculum):
+            raise RecipeError(
+                f"stage {self.name!r} is an sft stage: rewards, grpo, dynamic_sampling and "
+                "curriculum apply to grpo stages only"
+            )
+
+
 @dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
@@ -224,6 +336,10 @@ class Recipe:
     output: OutputSection = field(default_factory=OutputSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
     rollout: RolloutSection = field(default_factory=RolloutSection)
+    dynamic_sampling: DynamicSamplingSection = field(default_factory=DynamicSamplingSection)
+    curriculum: CurriculumSection = field(default_factory=CurriculumSection)
+    # Empty: a cold start (when cold_start.enabled) then one GRPO stage, the single-stage recipe.
+    stages: list[StageSection] = field(default_factory=list)
     seed: int = 42
     source: str = "<memory>"  # where the recipe came from; not a YAML key
 
@@ -231,6 +347,44 @@ class Recipe:
         data = dataclasses.asdict(self)
         data.pop("source")
         return data
+
+
+def plan_stages(recipe: Recipe) -> list[StageSection]:
+    """The stages a recipe runs, in order: its `stages:` list, or the single-stage recipe's cold start
+    (when enabled) and GRPO stage."""
+    if recipe.stages:
+        return list(recipe.stages)
+    plan = [StageSection(name="cold_start", kind="sft")] if recipe.cold_start.enabled else []
+    return [*plan, StageSection(name="grpo", kind="grpo")]
+
+
+def stage_recipe(recipe: Recipe, stage: StageSection) -> Recipe:
+    """The recipe as one stage sees it: its rewards, task parameters, steps and learning rate in place."""
+    task = dataclasses.replace(recipe.task, params={**recipe.task.params, **stage.task_params})
+    if stage.kind == "sft":
+        cold = dataclasses.replace(
+            recipe.cold_start,
+            enabled=True,
+            steps=stage.steps or recipe.cold_start.steps,
+            learning_rate=stage.learning_rate or recipe.cold_start.learning_rate,
+            examples=stage.examples or recipe.cold_start.examples,
+            batch_size=stage.batch_size or recipe.cold_start.batch_size,
+        )
+        return dataclasses.replace(recipe, task=task, cold_start=cold, stages=[])
+    grpo = {**recipe.grpo, **stage.grpo}
+    if stage.steps:
+        grpo["max_steps"] = stage.steps
+    if stage.learning_rate:
+        grpo["learning_rate"] = stage.learning_rate
+    return dataclasses.replace(
+        recipe,
+        task=task,
+        grpo=grpo,
+        rewards=list(stage.rewards) if stage.rewards is not None else recipe.rewards,
+        dynamic_sampling=stage.dynamic_sampling or recipe.dynamic_sampling,
+        curriculum=stage.curriculum or recipe.curriculum,
+        stages=[],
+    )
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
@@ -289,21 +443,45 @@ def _list_index(node: list, part: str, parts: list[str]) -> int:
 
 
 def validate_recipe(recipe: Recipe) -> None:
+    for section in (recipe.model, recipe.lora, recipe.eval, recipe.output, recipe.launch):
+        section.validate()
+    names = [stage.name for stage in recipe.stages]
+    if len(set(names)) < len(names):
+        raise RecipeError(f"stage names must differ: {names}")
+    for stage in recipe.stages:
+        stage.validate()
+    if recipe.stages and recipe.cold_start.enabled:
+        raise RecipeError("cold_start.enabled and stages: both: make the cold start an sft stage in stages:")
+    kinds = [stage.kind for stage in plan_stages(recipe)]
+    if "grpo" not in kinds:
+        raise RecipeError(f"the recipe's stages ({', '.join(names)}) have no grpo stage; add one")
+    for stage in plan_stages(recipe):
+        try:
+            _validate_stage(stage_recipe(recipe, stage), stage.kind)
+        except RecipeError as err:
+            raise RecipeError(f"stage {stage.name!r}: {err}" if recipe.stages else str(err)) from err
+
+
+def _validate_stage(recipe: Recipe, kind: str) -> None:
     # Imported here: the registries import torch-free modules only, but they need the task classes.
     from grpokit.rewards import REWARDS, get_reward_factory
     from grpokit.tasks import build_task
 
-    for section in (
-        recipe.model,
-        recipe.lora,
-        recipe.task,
-        recipe.cold_start,
-        recipe.eval,
-        recipe.output,
-        recipe.launch,
-    ):
+    for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
         section.validate()
     task = build_task(recipe.task.name, recipe.task.params)
+    if kind == "sft":
+        if task.demonstration(task.example("train", 0)) is None:
+            raise RecipeError(f"task {task.name!r} cannot write demonstrations, so it has no sft stage")
+        return
+    curriculum = recipe.curriculum
+    if curriculum.param is not None:
+        for value in curriculum.levels:
+            build_task(recipe.task.name, {**recipe.task.params, curriculum.param: value})
+        if curriculum.reward not in [spec.name for spec in recipe.rewards]:
+            raise RecipeError(f"curriculum.reward={curriculum.reward!r} is not one of the stage's rewards")
+    if recipe.dynamic_sampling.enabled and recipe.launch.processes > 1:
+        raise RecipeError("dynamic_sampling runs in one process; set launch.processes: 1 or turn it off")
     if not recipe.rewards:
         raise RecipeError(
             f"the recipe has no rewards; add e.g. rewards: [{{name: format}}, {{name: correctness}}] "
@@ -312,8 +490,6 @@ def validate_recipe(recipe: Recipe) -> None:
     for spec in recipe.rewards:
         spec.validate()
         get_reward_factory(spec.name)
-    if recipe.cold_start.enabled and task.demonstration(task.example("train", 0)) is None:
-        raise RecipeError(f"cold_start.enabled but task {task.name!r} cannot write demonstrations; disable it")
     if "reward_weights" in recipe.grpo:
         raise RecipeError("set reward weights as rewards[*].weight, not grpo.reward_weights")
     build_grpo_config(recipe, output_dir="unused")

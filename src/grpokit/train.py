@@ -1,15 +1,19 @@
-"""`grpokit train`: seed, model, data, rewards, evaluation before, cold start, GRPO, save, evaluation after.
+"""`grpokit train`: seed, model, data, evaluation before, then each stage (sft, grpo) and its evaluation.
+
+A recipe runs its `stages:` in order (or, without them, a cold start when enabled and one GRPO stage);
+each stage trains the policy the previous one left and is evaluated on the same held-out problems.
 
 Run directory (one per run, never overwritten):
     recipe.yaml            the resolved recipe, as run
     train.log              everything logged, TRL's and transformers' messages included
     metrics.jsonl          one JSON line per logging step (stage, step, TRL's metrics)
-    trainer_state.json     TRL's own log history of the GRPO stage
+    stages.json            one row per finished stage, `before` first: accuracy, format, minutes, gain
     eval_before.json       greedy held-out evaluation of the untouched model
-    eval_cold_start.json   ... after the cold start (when the recipe has one)
-    eval_after.json        ... after GRPO
+    eval_<stage>.json      ... after each stage (eval_after.json: after the last one)
+    <stage>/               the stage's checkpoints and its trained adapter/ (or model/)
+    trainer_state.json     TRL's log history of the last GRPO stage
     adapter/ or model/     the trained LoRA adapter (or full model) and tokenizer
-    summary.json           the before/after numbers and timings
+    summary.json           the stages, before/after numbers and timings
     curves.png             rewards over GRPO steps and the before/after bars
 """
 
@@ -27,7 +31,7 @@ from typing import Any
 import yaml
 
 from grpokit import cold_start, launch, report
-from grpokit.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankProbe
+from grpokit.callbacks import MetricsLog
 from grpokit.checkpoints import (
     StopOnSignal,
     TrainingInterrupted,
@@ -35,47 +39,46 @@ from grpokit.checkpoints import (
     complete_checkpoints,
     truncate_metrics,
 )
-from grpokit.config import Recipe, RecipeError, build_grpo_config
-from grpokit.evaluate import EvalResult, evaluate_recipe, stop_texts
-from grpokit.health import HealthMonitor
+from grpokit.config import Recipe, RecipeError, StageSection, plan_stages, stage_recipe
+from grpokit.evaluate import EvalResult, evaluate_recipe
 from grpokit.models import load_model
-from grpokit.rewards import make_reward, to_trl
 from grpokit.tasks import build_task
-from grpokit.tasks.base import render_prompt, think_prefilled
+from grpokit.tasks.base import render_prompt
 
 log = logging.getLogger(__name__)
 
+STAGES_FILE = "stages.json"
+
 
 def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[Any] = ()) -> Path:
-    """Train `recipe` in a new run directory, or continue `resume` (a run directory) from its last checkpoint.
+    """Train `recipe` in a new run directory, or continue `resume` (a run directory) where it stopped:
+    finished stages are kept, the interrupted one continues from its last complete checkpoint.
 
-    `callbacks` are extra transformers TrainerCallbacks for the GRPO stage.
+    `callbacks` are extra transformers TrainerCallbacks for the GRPO stages.
     """
     import transformers
 
-    from grpokit.trainer import GrpoTrainer
-
     main_rank = launch.is_main()
+    plan = plan_stages(recipe)
     if resume:
-        run_dir, checkpoint = prepare_resume(recipe, Path(resume), truncate=main_rank)
+        run_dir, records, checkpoint = prepare_resume(recipe, Path(resume), truncate=main_rank)
     elif os.environ.get(launch.RUN_DIR_ENV):  # one of several processes: the launcher made the directory
-        run_dir, checkpoint = Path(os.environ[launch.RUN_DIR_ENV]), None
+        run_dir, records, checkpoint = Path(os.environ[launch.RUN_DIR_ENV]), [], None
         run_dir.mkdir(parents=True, exist_ok=True)
     else:
-        run_dir, checkpoint = make_run_dir(recipe), None
+        run_dir, records, checkpoint = make_run_dir(recipe), [], None
     root = logging.getLogger()
     log_file = attach_log_file(run_dir / "train.log") if main_rank else logging.NullHandler()
     previous_level = root.level
     root.setLevel(min(previous_level, logging.INFO))  # train.log keeps INFO even when the caller set less
     try:
-        if checkpoint is not None:
-            log.info("resuming %s from %s", run_dir, checkpoint.name)
+        if resume:
+            log.info("resuming %s: %s", run_dir, resume_point(plan, records, checkpoint))
         elif main_rank:
             (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
             log.info("run directory: %s", run_dir)
         transformers.set_seed(recipe.seed)
         started = time.perf_counter()
-        stages: dict[str, float] = {}
 
         task = build_task(recipe.task.name, recipe.task.params)  # bad data fails before the model loads
         try:
@@ -83,81 +86,44 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         except ValueError as err:
             raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
         model, tokenizer = load_model(recipe.model.name, recipe.model.dtype, recipe.model.revision)
-        train_data = build_train_dataset(task, tokenizer, recipe)
         for note in task.notes():
             log.warning("data: %s", note)
-        prefilled = think_prefilled(train_data[0]["prompt"])
-
-        results = saved_results(run_dir) if checkpoint else {}
-        if "before" not in results and main_rank:
-            results["before"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")
-            stages["eval_before"] = results["before"].seconds
-
+        if not records and main_rank:
+            result = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")
+            records.append(stage_record("before", "eval", result, 0.0, None))
+            save_records(run_dir, records)
         if recipe.lora.enabled:
             model = attach_lora(model, recipe)
-        metrics = MetricsLog(run_dir / "metrics.jsonl")
-        if recipe.cold_start.enabled and checkpoint is None:  # a GRPO checkpoint already holds its result
-            t0 = time.perf_counter()
-            metrics.stage = "cold_start"
-            model = cold_start.run(model, tokenizer, task, recipe, run_dir / "cold_start", [metrics.callback()])
-            stages["cold_start"] = time.perf_counter() - t0
-            if main_rank:
-                save_model(model, tokenizer, run_dir / "cold_start", recipe)
-                results["cold_start"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "cold_start")
 
-        rewards = [
-            to_trl(
-                spec.name,
-                make_reward(spec.name, task, spec.params),
-                prefilled,
-                run_dir / "reward_errors.jsonl",
-                spec.timeout or None,
-                spec.on_error,
+        metrics = MetricsLog(run_dir / "metrics.jsonl")
+        done = {row["name"] for row in records}
+        last_done = next((stage for stage in reversed(plan) if stage.name in done), None)
+        if last_done is not None and checkpoint is None:
+            load_weights(model, run_dir / last_done.name, recipe)
+        trainer = None
+        for stage in plan:
+            if stage.name in done:
+                continue
+            t0 = time.perf_counter()
+            model, trainer = run_stage(
+                stage, model, tokenizer, recipe, run_dir, eval_set, metrics, checkpoint, callbacks
             )
-            for spec in recipe.rewards
-        ]
-        args = build_grpo_config(recipe, run_dir / "grpo")
-        metrics.stage = "grpo"
-        if main_rank:
-            metrics.health = HealthMonitor(
-                window=5, max_completion_length=args.max_completion_length, path=run_dir / "warnings.jsonl"
-            )
-        stop = StopOnSignal()
-        trainer = GrpoTrainer(
-            model=model,
-            reward_funcs=rewards,
-            args=args,
-            train_dataset=train_data,
-            processing_class=tokenizer,
-            callbacks=[metrics.callback(), stop.callback(), *callbacks],
-            rollout_engine=recipe.rollout.engine,
-            stop_texts=stop_texts(recipe),
-            rollout_copy=recipe.rollout.merged_copy,
-        )
-        if os.environ.get(PROBE_ENV):
-            trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())
-        if recipe.eval.every and main_rank:
-            periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: recipe.eval.every_n], recipe, run_dir)
-            trainer.add_callback(periodic.callback())
-        t0 = time.perf_counter()
-        with stop:
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        stages["grpo"] = time.perf_counter() - t0
-        if stop.requested:
-            raise TrainingInterrupted(
-                f"{stop.requested}: stopped after step {trainer.state.global_step} with a checkpoint in "
-                f"{run_dir / 'grpo'}; continue with: grpokit train {recipe.source} --resume {run_dir}"
-            )
+            checkpoint, minutes = None, (time.perf_counter() - t0) / 60
+            if not main_rank:
+                continue
+            save_model(model, tokenizer, run_dir / stage.name, recipe)
+            result = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, stage.name)
+            records.append(stage_record(stage.name, stage.kind, result, minutes, records))
+            save_records(run_dir, records)
         if not main_rank:
             return run_dir
-        trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
-        model = trainer.model
+        if trainer is not None and hasattr(trainer, "reward_funcs"):
+            trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
         save_model(model, tokenizer, run_dir, recipe)
-
-        results["after"] = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "after")
-        stages["total"] = time.perf_counter() - started
-        write_summary(run_dir, results, stages, task.notes(), launch.world_size())
-        log.info("\n%s", format_table(results, stages))
+        final = run_dir / f"eval_{plan[-1].name}.json"
+        (run_dir / "eval_after.json").write_text(final.read_text(encoding="utf-8"), encoding="utf-8")
+        write_summary(run_dir, records, time.perf_counter() - started, task.notes(), launch.world_size())
+        log.info("\n%s", format_table(records))
         log.info("report: %s (open it in a browser; curves.png beside it)", report.main(run_dir))
         return run_dir
     finally:
@@ -166,8 +132,80 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         log_file.close()
 
 
-def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tuple[Path, Path]:
-    """Check that `run_dir` is this recipe's run with a complete checkpoint; return it and the checkpoint."""
+def run_stage(
+    stage: StageSection,
+    model: Any,
+    tokenizer: Any,
+    recipe: Recipe,
+    run_dir: Path,
+    eval_set: list,
+    metrics: MetricsLog,
+    checkpoint: Path | None,
+    callbacks: Sequence[Any] = (),
+) -> tuple[Any, Any]:
+    """Train one stage on `model` (from `checkpoint` when resuming inside it); return the model and trainer."""
+    from grpokit.grpo_stage import build_trainer
+
+    seen = stage_recipe(recipe, stage)
+    metrics.stage, metrics.health = stage.name, None
+    stop = StopOnSignal()
+    if stage.kind == "sft":
+        trainer = cold_start.build_trainer(
+            model, tokenizer, seen, run_dir / stage.name, [metrics.callback(), stop.callback()]
+        )
+    else:
+        trainer = build_trainer(stage.name, model, tokenizer, seen, run_dir, eval_set, metrics, stop, callbacks)
+    log.info("stage %s (%s): %d steps", stage.name, stage.kind, trainer.args.max_steps)
+    if checkpoint is not None and checkpoint_step(checkpoint) >= trainer.args.max_steps:
+        # Stopped after its last step, before its evaluation: the checkpoint is the stage's result
+        # (transformers would train one step more).
+        trainer._load_from_checkpoint(str(checkpoint))
+        return trainer.model, trainer
+    with stop:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if stop.requested:
+        raise TrainingInterrupted(
+            f"{stop.requested}: stopped after step {trainer.state.global_step} of stage {stage.name} with a "
+            f"checkpoint in {run_dir / stage.name}; continue with: grpokit train {recipe.source} --resume {run_dir}"
+        )
+    model = trainer.model
+    if hasattr(model, "peft_config") and "ref" in model.peft_config:
+        model.delete_adapter("ref")  # TRL's frozen copy for the KL term; the next stage makes its own
+    return model, trainer
+
+
+def stage_record(
+    name: str, kind: str, result: EvalResult, minutes: float, earlier: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """One row of stages.json; a GRPO stage's `gain` is its accuracy minus the evaluation before it."""
+    row = {
+        "name": name,
+        "kind": kind,
+        "accuracy": result.accuracy,
+        "format_rate": result.format_rate,
+        "n": result.n,
+        "minutes": round(minutes, 2),
+        "eval_minutes": round(result.seconds / 60, 2),
+    }
+    if kind == "grpo" and earlier:
+        row["gain"] = result.accuracy - earlier[-1]["accuracy"]
+    return row
+
+
+def save_records(run_dir: Path, records: list[dict[str, Any]]) -> None:
+    tmp = run_dir / f".{STAGES_FILE}.tmp"
+    tmp.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, run_dir / STAGES_FILE)
+
+
+def load_records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / STAGES_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+
+
+def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tuple[Path, list[dict], Path | None]:
+    """Check that `run_dir` is this recipe's run and can continue; return it, its finished stages'
+    records and the checkpoint to continue the next stage from (None: that stage starts afresh)."""
     saved_path = run_dir / "recipe.yaml"
     if not saved_path.is_file():
         raise RecipeError(f"cannot resume {run_dir}: it has no recipe.yaml, so it is not a grpokit run directory")
@@ -179,26 +217,50 @@ def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tupl
             f"cannot resume {run_dir}: the recipe's {', '.join(changed)} section changed since the run started; "
             "resume with the same recipe and overrides, or start a new run"
         )
-    found = complete_checkpoints(run_dir / "grpo")
-    if not found:
+    records = load_records(run_dir)
+    done = {row["name"] for row in records}
+    pending = [stage for stage in plan_stages(recipe) if stage.name not in done]
+    if not pending:
+        raise RecipeError(f"cannot resume {run_dir}: every stage has finished; start a new run")
+    found = complete_checkpoints(run_dir / pending[0].name)
+    if not found and len(done) <= 1:
         raise RecipeError(
-            f"cannot resume {run_dir}: it has no complete GRPO checkpoint (runs save every output.save_every "
-            "steps and on Ctrl-C); start a new run"
+            f"cannot resume {run_dir}: no stage finished and it has no complete checkpoint (runs save every "
+            "output.save_every steps and on Ctrl-C); start a new run"
         )
-    checkpoint = found[-1]
-    dropped = truncate_metrics(run_dir / "metrics.jsonl", "grpo", checkpoint_step(checkpoint)) if truncate else 0
+    checkpoint = found[-1] if found else None
+    stage = pending[0].name
+    dropped = 0
+    if truncate:
+        dropped = truncate_metrics(run_dir / "metrics.jsonl", stage, checkpoint_step(checkpoint) if checkpoint else 0)
     if dropped:
-        log.info("dropped %d metric rows logged after %s: those steps run again", dropped, checkpoint.name)
-    return run_dir, checkpoint
+        log.info(
+            "dropped %d metric rows of stage %s logged after its checkpoint: those steps run again", dropped, stage
+        )
+    return run_dir, records, checkpoint
 
 
-def saved_results(run_dir: Path) -> dict[str, EvalResult]:
-    out = {}
-    for label in ("before", "cold_start"):
-        path = run_dir / f"eval_{label}.json"
-        if path.is_file():
-            out[label] = EvalResult(**json.loads(path.read_text(encoding="utf-8")))
-    return out
+def resume_point(plan: list[StageSection], records: list[dict], checkpoint: Path | None) -> str:
+    done = {row["name"] for row in records}
+    stage = next(s.name for s in plan if s.name not in done)
+    return f"stage {stage} from {checkpoint.name}" if checkpoint else f"stage {stage} from its start"
+
+
+def load_weights(model: Any, folder: Path, recipe: Recipe) -> None:
+    """Put a finished stage's saved weights (adapter or full model) into `model`."""
+    from safetensors.torch import load_file
+
+    if recipe.lora.enabled:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(str(folder / "adapter" / "adapter_model.safetensors")))
+    else:
+        state = {}
+        for path in sorted((folder / "model").glob("*.safetensors")):
+            state.update(load_file(str(path)))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or any(not name.endswith("lm_head.weight") for name in missing):
+            raise RecipeError(f"cannot resume: {folder / 'model'} does not match the model ({missing or unexpected})")
 
 
 def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
@@ -276,27 +338,36 @@ def save_model(model: Any, tokenizer: Any, run_dir: Path, recipe: Recipe) -> Pat
 
 
 def write_summary(
-    run_dir: Path,
-    results: dict[str, EvalResult],
-    stages: dict[str, float],
-    notes: list[str] | None = None,
-    world_size: int = 1,
+    run_dir: Path, records: list[dict[str, Any]], seconds: float, notes: list[str] | None = None, world_size: int = 1
 ) -> None:
+    """summary.json: the stages in order (`before` first), the same rows as evals by name, timings."""
+    first_grpo = next((i for i, row in enumerate(records) if row["kind"] == "grpo"), None)
     summary = {
-        "evals": {k: {"accuracy": r.accuracy, "format_rate": r.format_rate, "n": r.n} for k, r in results.items()},
-        "seconds": stages,
+        "stages": records,
+        "evals": {
+            **{row["name"]: {k: row[k] for k in ("accuracy", "format_rate", "n")} for row in records},
+            "after": {k: records[-1][k] for k in ("accuracy", "format_rate", "n")},
+        },
+        # What the GRPO stages added over the evaluation just before the first of them.
+        "grpo_gain": records[-1]["accuracy"] - records[first_grpo - 1]["accuracy"] if first_grpo else None,
+        "seconds": {
+            **{row["name"]: round(60 * row["minutes"], 1) for row in records if row["kind"] != "eval"},
+            "total": round(seconds, 1),
+        },
+        "minutes": round(seconds / 60, 2),
         "data_notes": notes or [],
         "world_size": world_size,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
-def format_table(results: dict[str, EvalResult], stages: dict[str, float]) -> str:
-    lines = [f"{'stage':<12} {'accuracy':>9} {'format':>8} {'tokens':>7}   (greedy, held-out)"]
-    for name, r in results.items():
+def format_table(records: list[dict[str, Any]]) -> str:
+    """The stages as a table: held-out greedy accuracy and format after each, and what GRPO added."""
+    lines = [f"{'stage':<14} {'kind':<5} {'accuracy':>9} {'gain':>7} {'format':>8} {'minutes':>8}   (greedy, held-out)"]
+    for row in records:
+        gain = f"{100 * row['gain']:+6.1f}" if "gain" in row else ""
         lines.append(
-            f"{name:<12} {100 * r.accuracy:>8.1f}% {100 * r.format_rate:>7.1f}% "
-            f"{r.mean_completion_tokens:>7.1f}   n={r.n}"
+            f"{row['name']:<14} {row['kind']:<5} {100 * row['accuracy']:>8.1f}% {gain:>7} "
+            f"{100 * row['format_rate']:>7.1f}% {row['minutes'] + row.get('eval_minutes', 0):>8.1f}   n={row['n']}"
         )
-    timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in stages.items())
-    return "\n".join(lines) + f"\nwall time: {timing}"
+    return "\n".join(lines)

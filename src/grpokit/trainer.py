@@ -11,6 +11,7 @@ once the cold start has taught the format, so that share of the training pass wa
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,13 @@ from trl.trainer.callbacks import SyncRefModelCallback
 
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, wants_copy
+from grpokit.schedules import AdaptiveWeights, Curriculum, extra_prompt_rows, fill_batch
 
 log = logging.getLogger(__name__)
 
 # Loss types whose normaliser is `num_items_in_batch`, fixed before any row is dropped.
 _TOKEN_NORMALISED_LOSSES = ("dapo", "cispo")
+SCHEDULES_FILE = "grpokit-schedules.json"  # in each checkpoint: curriculum level, adaptive weights
 
 
 class GrpoTrainer(GRPOTrainer):
@@ -37,9 +40,17 @@ class GrpoTrainer(GRPOTrainer):
         rollout_engine: str = "grpokit",
         stop_texts: tuple[str, ...] = (),
         rollout_copy: bool = True,
+        dynamic_max_extra: float | None = None,
+        curriculum: tuple[Curriculum, list[Any], str] | None = None,
+        adaptive: AdaptiveWeights | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        # Schedules (grpokit.schedules): dynamic sampling with at most this many extra batches' rollouts;
+        # a curriculum with one prompt dataset per level and the reward that measures success; weights.
+        self.dynamic_max_extra = dynamic_max_extra
+        self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
+        self.adaptive = adaptive
         if self.ref_model is not None:
             # TRL reloads a full fine-tune's reference from the checkpoint it came from; after an earlier
             # stage (a cold start, a format stage) that is a model that never wrote the tags. The KL term
@@ -143,19 +154,50 @@ class GrpoTrainer(GRPOTrainer):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:  # the main process marks the checkpoint complete, last
             folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            (folder / SCHEDULES_FILE).write_text(json.dumps(self._schedule_state()), encoding="utf-8")
             mark_complete(folder, self.state.global_step)
 
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        saved = Path(str(resume_from_checkpoint)) / SCHEDULES_FILE if resume_from_checkpoint else None
+        if saved is not None and saved.is_file():  # the curriculum level and weights the run had reached
+            self._load_schedule_state(json.loads(saved.read_text(encoding="utf-8")))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _schedule_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if self.curriculum is not None:
+            state["curriculum"] = {"level": self.curriculum.level, "rates": list(self.curriculum.rate.values)}
+        if self.adaptive is not None:
+            rates = {name: list(r.values) for name, r in self.adaptive.rates.items()}
+            state["adaptive"] = {"weights": self.adaptive.weights, "rates": rates}
+            state["reward_weights"] = self.reward_weights.tolist()
+        return state
+
+    def _load_schedule_state(self, state: dict[str, Any]) -> None:
+        if self.curriculum is not None and "curriculum" in state:
+            self.curriculum.level = state["curriculum"]["level"]
+            self.curriculum.rate.values.extend(state["curriculum"]["rates"])
+        if self.adaptive is not None and "adaptive" in state:
+            self.adaptive.weights.update(state["adaptive"]["weights"])
+            for name, values in state["adaptive"]["rates"].items():
+                self.adaptive.rates[name].values.extend(values)
+            self.reward_weights = torch.tensor(state["reward_weights"], dtype=self.reward_weights.dtype)
+
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
-        if self.record_prompts:
-            self.prompts_seen.extend(str(x.get("prompt", "")) for x in inputs if isinstance(x, dict))
-        batch = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
-        self._account_truncation(batch, mode)
-        for func in self.reward_funcs:
-            if hasattr(func, "errors"):  # grpokit's adapter: failures since the last batch
-                self._metrics[mode][f"rewards/{func.__name__}/errors"].append(float(func.errors))
-                func.errors = 0
-        if not (self.skip_zero_advantage and self.model.training):
+        training = self.model.training
+        if training and self.curriculum is not None and self.curriculum.level > 0:
+            # The sampler's prompts come from level 0: each group gets one of the current level instead.
+            seed = f"curriculum:{self.args.seed}:{self.state.global_step}"
+            inputs = extra_prompt_rows(
+                self.level_data[self.curriculum.level], len(inputs) // self.num_generations, self.num_generations, seed
+            )
+        batch = self._score(inputs)
+        if training:
+            success = self._success_rates()
+            if self.dynamic_max_extra is not None:
+                batch = self._fill_with_informative_groups(batch)
+            self._step_schedules(success)
+        if not (self.skip_zero_advantage and training):
             return batch
         mask = keep_mask(batch)
         if self.accelerator.num_processes > 1:
@@ -167,6 +209,72 @@ class GrpoTrainer(GRPOTrainer):
         kept = int(mask.sum())
         self._metrics["train"]["rows_trained_frac"].append(kept / mask.numel())
         return batch if kept == mask.numel() else _select_rows(batch, mask)
+
+    def _score(self, inputs: Any) -> dict[str, Any]:
+        """Roll out and score `inputs` (TRL), then grpokit's accounting of truncation and reward errors."""
+        if self.record_prompts:
+            self.prompts_seen.extend(str(x.get("prompt", "")) for x in inputs if isinstance(x, dict))
+        batch = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        self._account_truncation(batch, mode)
+        for func in self.reward_funcs:
+            if hasattr(func, "errors"):  # grpokit's adapter: failures since the last batch
+                self._metrics[mode][f"rewards/{func.__name__}/errors"].append(float(func.errors))
+                func.errors = 0
+        return batch
+
+    def _success_rates(self) -> dict[str, float]:
+        """Each reward's mean over the batch just scored (TRL's rewards/<name>/mean)."""
+        metrics = self._metrics["train"]
+        return {
+            name: metrics[f"rewards/{name}/mean"][-1]
+            for name in self.reward_func_names
+            if metrics.get(f"rewards/{name}/mean")
+        }
+
+    def _fill_with_informative_groups(self, batch: dict[str, Any]) -> dict[str, Any]:
+        group = self.num_generations
+        data = self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
+        rounds = iter(range(1, 1_000_000))
+
+        def more(groups: int) -> dict[str, Any]:
+            seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
+            return self._score(extra_prompt_rows(data, groups, group, seed))
+
+        size = batch["advantages"].numel() // group
+        batch, stats = fill_batch(
+            batch, more, group, round(self.dynamic_max_extra * size), self._tokenizer.pad_token_id
+        )
+        for key, value in stats.items():
+            self._metrics["train"][key].append(value)
+        return batch
+
+    def _step_schedules(self, success: dict[str, float]) -> None:
+        if self.curriculum is not None and self.success_reward in success:
+            before = self.curriculum.level
+            level = self.curriculum.update(success[self.success_reward])
+            if level != before:
+                log.info(
+                    "curriculum: %s success %.2f over %d steps: %s = %s from step %d",
+                    self.success_reward,
+                    self.curriculum.threshold,
+                    self.curriculum.window,
+                    self.curriculum.param,
+                    self.curriculum.value,
+                    self.state.global_step + 1,
+                )
+            self._metrics["train"]["curriculum/level"].append(float(level))
+        if self.adaptive is not None:
+            weights = self.adaptive.update(success)
+            self.reward_weights = torch.tensor(
+                [
+                    weights.get(name, float(w))
+                    for name, w in zip(self.reward_func_names, self.reward_weights.tolist(), strict=True)
+                ],
+                dtype=self.reward_weights.dtype,
+            )
+            for name, weight in weights.items():
+                self._metrics["train"][f"weights/{name}"].append(weight)
 
     def _account_truncation(self, batch: dict[str, Any], mode: str) -> None:
         """Rows that ran out of tokens (neither an EOS nor a stop text at their end): TRL's clipped ratio

@@ -1,0 +1,106 @@
+"""A GRPO stage: the rewards, the trainer and its schedules, built from the recipe as the stage sees it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from grpokit import launch
+from grpokit.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankProbe
+from grpokit.checkpoints import StopOnSignal
+from grpokit.config import Recipe, build_grpo_config
+from grpokit.evaluate import stop_texts
+from grpokit.health import HealthMonitor
+from grpokit.rewards import make_reward, to_trl
+from grpokit.schedules import AdaptiveWeights, Curriculum
+from grpokit.tasks import build_task
+from grpokit.tasks.base import think_prefilled
+
+
+def build_trainer(
+    stage: str,
+    model: Any,
+    tokenizer: Any,
+    recipe: Recipe,
+    run_dir: Path,
+    eval_set: list,
+    metrics: MetricsLog,
+    stop: StopOnSignal,
+    callbacks: Sequence[Any] = (),
+) -> Any:
+    """The stage's GrpoTrainer, writing checkpoints to `run_dir/<stage>`."""
+    from grpokit.train import build_train_dataset
+    from grpokit.trainer import GrpoTrainer
+
+    task = build_task(recipe.task.name, recipe.task.params)
+    train_data = build_train_dataset(task, tokenizer, recipe)
+    prefilled = think_prefilled(train_data[0]["prompt"])
+    rewards = [
+        to_trl(
+            spec.name,
+            make_reward(spec.name, task, spec.params),
+            prefilled,
+            run_dir / "reward_errors.jsonl",
+            spec.timeout or None,
+            spec.on_error,
+        )
+        for spec in recipe.rewards
+    ]
+    args = build_grpo_config(recipe, run_dir / stage)
+    if launch.is_main():
+        metrics.health = HealthMonitor(
+            window=5, max_completion_length=args.max_completion_length, path=run_dir / "warnings.jsonl"
+        )
+    if hasattr(model, "peft_config") and "ref" in model.peft_config:
+        model.delete_adapter("ref")  # an earlier stage's reference: TRL copies this stage's start as "ref"
+    trainer = GrpoTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=_level_data(recipe, tokenizer, 0) if recipe.curriculum.param else train_data,
+        processing_class=tokenizer,
+        callbacks=[metrics.callback(), stop.callback(), *callbacks],
+        rollout_engine=recipe.rollout.engine,
+        stop_texts=stop_texts(recipe),
+        rollout_copy=recipe.rollout.merged_copy,
+        dynamic_max_extra=recipe.dynamic_sampling.max_extra if recipe.dynamic_sampling.enabled else None,
+        curriculum=_curriculum(recipe, tokenizer),
+        adaptive=_adaptive(recipe),
+    )
+    if os.environ.get(PROBE_ENV):
+        trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())
+    if recipe.eval.every and launch.is_main():
+        periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: recipe.eval.every_n], recipe, run_dir, stage)
+        trainer.add_callback(periodic.callback())
+    return trainer
+
+
+def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:
+    """GRPO prompts of the task with the curriculum's parameter at `level`."""
+    import dataclasses
+
+    from grpokit.train import build_train_dataset
+
+    cfg = recipe.curriculum
+    params = {**recipe.task.params, cfg.param: cfg.levels[level]}
+    task = build_task(recipe.task.name, params)
+    return build_train_dataset(
+        task, tokenizer, dataclasses.replace(recipe, task=dataclasses.replace(recipe.task, params=params))
+    )
+
+
+def _curriculum(recipe: Recipe, tokenizer: Any) -> tuple[Curriculum, list[Any], str] | None:
+    cfg = recipe.curriculum
+    if cfg.param is None:
+        return None
+    levels = [_level_data(recipe, tokenizer, i) for i in range(len(cfg.levels))]
+    return Curriculum(cfg.param, cfg.levels, cfg.threshold, cfg.window), levels, cfg.reward
+
+
+def _adaptive(recipe: Recipe) -> AdaptiveWeights | None:
+    specs = {spec.name: spec.adaptive for spec in recipe.rewards if spec.adaptive is not None}
+    if not specs:
+        return None
+    return AdaptiveWeights(specs, {spec.name: spec.weight for spec in recipe.rewards})

@@ -1,0 +1,174 @@
+"""What a GRPO stage adjusts as it learns: dynamic sampling, a curriculum, adaptive reward weights.
+
+All three read the same signal, a reward's success rate over the last steps, and each is a small
+object the trainer calls once per step; they are plain Python, tested without a model.
+
+- `fill_batch` is DAPO's dynamic sampling: it keeps the groups whose rewards differ (the others have
+  advantage 0 and teach nothing) and fills the batch with them from extra rollouts.
+- `Curriculum` steps a task parameter up a list of levels when the success rate passes a threshold.
+- `AdaptiveWeights` shrinks the weight of a reward that is learned and lets it grow back when it slips.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+# Per-row tensors padded on the left (prompt side) or the right (completion side) of their row.
+_LEFT = ("prompt_ids", "prompt_mask")
+_RIGHT = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps")
+_ROWS = ("advantages", *_LEFT, *_RIGHT)
+
+
+def informative_groups(advantages: torch.Tensor, group: int) -> torch.Tensor:
+    """[B] advantages -> [B / group] True where some completion of the group has a non-zero advantage.
+
+    >>> informative_groups(torch.tensor([0.0, 0.0, 1.0, -1.0]), 2).tolist()
+    [False, True]
+    """
+    return (advantages.view(-1, group) != 0).any(dim=1)
+
+
+def fill_batch(
+    first: dict[str, Any],
+    more: Callable[[int], dict[str, Any]],
+    group: int,
+    max_extra_groups: int,
+    pad_id: int,
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """A batch of as many groups as `first` has, informative groups first.
+
+    `more(n)` rolls out and scores `n` more groups (a batch in the trainer's own form). Rounds go on
+    until the informative groups fill the batch or `max_extra_groups` extra groups were drawn; uniform
+    groups fill what is left (their gradient is exactly zero). Returns the batch and its statistics.
+    """
+    size = first["advantages"].numel() // group
+    batches, extra = [first], 0
+    found = int(informative_groups(first["advantages"], group).sum())
+    while found < size and extra < max_extra_groups:
+        n = min(size, max_extra_groups - extra)
+        batch = more(n)
+        batches.append(batch)
+        extra += n
+        found += int(informative_groups(batch["advantages"], group).sum())
+    picks: list[tuple[int, int]] = []  # (batch, group) informative first, in order drawn
+    rest: list[tuple[int, int]] = []
+    for b, batch in enumerate(batches):
+        for g, useful in enumerate(informative_groups(batch["advantages"], group).tolist()):
+            (picks if useful else rest).append((b, g))
+    chosen = (picks + rest)[:size]
+    merged = _take_groups(batches, chosen, group, pad_id)
+    stats = {
+        "dynamic/kept_frac": min(len(picks), size) / size,  # informative groups in the batch that trains
+        "dynamic/extra_rollouts": float(extra * group),
+        "dynamic/informative_drawn_frac": len(picks) / (size + extra),
+    }
+    return merged, stats
+
+
+def _take_groups(batches: list[dict[str, Any]], chosen: list[tuple[int, int]], group: int, pad_id: int) -> dict:
+    unknown = {k for b in batches for k, v in b.items() if isinstance(v, torch.Tensor) and v.dim() and k not in _ROWS}
+    if unknown:
+        raise ValueError(f"dynamic sampling cannot merge batches holding {sorted(unknown)} (images, tools)")
+    out: dict[str, Any] = {}
+    for key in _ROWS:
+        parts = [batches[b][key][g * group : (g + 1) * group] for b, g in chosen if batches[b].get(key) is not None]
+        if not parts:
+            continue
+        if len(parts) != len(chosen):
+            raise ValueError(f"dynamic sampling: {key} is missing from some of the merged batches")
+        if parts[0].dim() == 1:
+            out[key] = torch.cat(parts)
+            continue
+        width = max(p.size(1) for p in parts)
+        fill = pad_id if key.endswith("_ids") else 0
+        padded = []
+        for p in parts:
+            pad = p.new_full((p.size(0), width - p.size(1)), fill)
+            padded.append(torch.cat([pad, p] if key in _LEFT else [p, pad], dim=1))
+        out[key] = torch.cat(padded)
+    for key, value in batches[0].items():
+        if key not in out and key != "num_items_in_batch":
+            out[key] = value
+    # TRL's loss is normalised by the batch's completion tokens: count the batch that trains.
+    out["num_items_in_batch"] = out["completion_mask"].sum()
+    return out
+
+
+class Rolling:
+    """Mean of the last `window` values."""
+
+    def __init__(self, window: int) -> None:
+        self.values: deque[float] = deque(maxlen=window)
+
+    def add(self, value: float) -> float:
+        self.values.append(value)
+        return sum(self.values) / len(self.values)
+
+    @property
+    def full(self) -> bool:
+        return len(self.values) == self.values.maxlen
+
+
+class Curriculum:
+    """Moves a task parameter through `levels` when the rolling success rate reaches `threshold`.
+
+    >>> c = Curriculum("max_value", [10, 20, 50], threshold=0.8, window=2)
+    >>> [c.update(x) for x in (0.9, 0.5, 0.9, 0.9, 0.95, 1.0, 1.0)]
+    [0, 0, 0, 1, 1, 2, 2]
+    """
+
+    def __init__(self, param: str, levels: Sequence[Any], threshold: float, window: int) -> None:
+        self.param, self.levels, self.threshold, self.window = param, list(levels), threshold, window
+        self.level = 0
+        self.rate = Rolling(window)
+
+    @property
+    def value(self) -> Any:
+        return self.levels[self.level]
+
+    def update(self, success: float) -> int:
+        """Record one step's success rate; return the level the next step trains at."""
+        mean = self.rate.add(success)
+        if self.rate.full and mean >= self.threshold and self.level + 1 < len(self.levels):
+            self.level += 1
+            self.rate = Rolling(self.window)  # the new level earns its own success rate
+        return self.level
+
+
+class AdaptiveWeights:
+    """Reward weights that move with each reward's rolling success rate (see config.AdaptiveSection).
+
+    >>> from grpokit.config import AdaptiveSection
+    >>> w = AdaptiveWeights({"format": AdaptiveSection(target=0.9, rate=0.5, min_weight=0.1, max_weight=1.0, window=1)},
+    ...                     {"format": 1.0})
+    >>> [w.update({"format": r})["format"] for r in (1.0, 1.0, 1.0, 1.0, 0.2)]
+    [0.5, 0.25, 0.125, 0.1, 0.15]
+    """
+
+    def __init__(self, specs: dict[str, Any], weights: dict[str, float]) -> None:
+        self.specs, self.weights = specs, dict(weights)
+        self.rates = {name: Rolling(spec.window) for name, spec in specs.items()}
+
+    def update(self, success: dict[str, float]) -> dict[str, float]:
+        for name, spec in self.specs.items():
+            if name not in success:
+                continue
+            mean = self.rates[name].add(success[name])
+            factor = 1 - spec.rate if mean >= spec.target else 1 + spec.rate
+            self.weights[name] = min(spec.max_weight, max(spec.min_weight, self.weights[name] * factor))
+        return dict(self.weights)
+
+
+def extra_prompt_rows(dataset: Any, groups: int, group: int, seed: str) -> list[dict[str, Any]]:
+    """`groups` prompts drawn from `dataset` (seeded by `seed`), each repeated `group` times in a row."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(groups):
+        row = dataset[rng.randrange(len(dataset))]
+        rows.extend(dict(row) for _ in range(group))
+    return rows
