@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.parsing import extract_answer, is_strict_format, normalize_completion
-from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled
+from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled, tokenize_prompts
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def _generate(
     settings = SamplingSettings(
         max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_k=0 if sampling else 1
     )
-    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ids = tokenize_prompts(tokenizer, prompts)
     completions: list[list[str]] = []
     lengths: list[int] = []
     truncated = 0
@@ -155,9 +155,10 @@ def evaluate(
     samples_per_problem: int = 0,
     k: list[int] | tuple[int, ...] = (1, 4, 8),
     temperature: float = 1.0,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> EvalResult:
     """Greedy-decode every example once and score it with `task.score`; optionally sample for pass@k."""
-    prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt)) for ex in examples]
+    prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt), chat_template_kwargs) for ex in examples]
     prefilled = think_prefilled(prompts[0]) if prompts else False
     was_training = model.training
     model.eval()
@@ -271,4 +272,5 @@ def evaluate_recipe(
         samples_per_problem=recipe.eval.samples_per_problem,
         k=recipe.eval.k,
         temperature=recipe.eval.temperature,
+        chat_template_kwargs=recipe.chat_template_kwargs,
     )

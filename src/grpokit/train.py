@@ -205,8 +205,12 @@ def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
     from datasets import Dataset
 
     rows = task.dataset("train", recipe.task.train_size, distinct=False)
+    kwargs = recipe.chat_template_kwargs
     return Dataset.from_list(
-        [{**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt))} for row in rows]
+        [
+            {**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt), kwargs)}
+            for row in rows
+        ]
     )
 
 

@@ -17,10 +17,12 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import RolloutCopy, SamplingSettings, sample, wants_copy
+from grpokit.tasks.base import tokenize_prompts
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,12 @@ class GrpoTrainer(GRPOTrainer):
                 "no entropy bonus and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
+
+    def _tokenize_prompts(self, prompts: list) -> tuple[Any, Any, Any]:
+        if is_conversational({"prompt": prompts[0]}):
+            return super()._tokenize_prompts(prompts)
+        # grpokit's prompts are rendered text; TRL would add special tokens (a second BOS after the template's)
+        return tokenize_prompts(self.processing_class, prompts), None, {}
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         settings = self._rollout_settings(images, multimodal_fields)
