@@ -31,6 +31,43 @@ class SamplingSettings:
     stop_texts: tuple[str, ...] = ()
 
 
+# GenerationConfig keys `sample` follows (or that do not change what is drawn); `unsupported_settings`
+# names every other key a run sets, so that the trainer hands those runs to TRL's generation.
+FOLLOWED_SETTINGS = frozenset(
+    {
+        "max_new_tokens",
+        "min_new_tokens",
+        "do_sample",  # False: greedy (top-k 1)
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",  # only 0 or None
+        "repetition_penalty",  # only 1.0 or None
+        "eos_token_id",  # the trainer passes the config's ids as `eos_ids`
+        "pad_token_id",
+        "bos_token_id",
+        "cache_implementation",
+        "disable_compile",
+        "transformers_version",
+    }
+)
+
+
+def unsupported_settings(config: Any) -> list[str]:
+    """The settings of a transformers GenerationConfig that `sample` would drop (empty: it follows them all).
+
+    >>> from transformers import GenerationConfig
+    >>> unsupported_settings(GenerationConfig(do_sample=True, temperature=0.7, top_k=50, no_repeat_ngram_size=3))
+    ['no_repeat_ngram_size']
+    """
+    out = sorted(key for key in config.to_diff_dict() if key not in FOLLOWED_SETTINGS)
+    if config.min_p:
+        out.append(f"min_p={config.min_p}")
+    if (config.repetition_penalty or 1.0) != 1.0:
+        out.append(f"repetition_penalty={config.repetition_penalty}")
+    return out
+
+
 def group_runs(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
     """Consecutive identical prompts as (distinct prompts, run lengths).
 

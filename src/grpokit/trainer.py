@@ -21,7 +21,7 @@ from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 
 from grpokit.checkpoints import mark_complete
-from grpokit.rollout import RolloutCopy, SamplingSettings, sample, wants_copy
+from grpokit.rollout import RolloutCopy, SamplingSettings, sample, unsupported_settings, wants_copy
 from grpokit.tasks.base import tokenize_prompts
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,10 @@ class GrpoTrainer(GRPOTrainer):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.rollout_engine, self.stop_texts = rollout_engine, tuple(stop_texts)
+        self.rollout_fallback = self._rollout_fallback()
+        if self.rollout_fallback:  # one line for the run: a setting is never dropped silently
+            lost = f", without stopping at {' or '.join(self.stop_texts)}" if self.stop_texts else ""
+            log.warning("rollouts on TRL's generation%s: grpokit's sampler %s", lost, self.rollout_fallback)
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
@@ -61,7 +65,7 @@ class GrpoTrainer(GRPOTrainer):
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         settings = self._rollout_settings(images, multimodal_fields)
-        if settings is None:  # vLLM, images, tools or a sampling option grpokit's sampler does not have
+        if settings is None:  # vLLM, images, tools or a generation setting grpokit's sampler does not have
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
@@ -83,7 +87,7 @@ class GrpoTrainer(GRPOTrainer):
                     model,
                     prompt_ids,
                     settings,
-                    eos_ids=self.eos_token_ids,
+                    eos_ids=_as_ids(self.generation_config.eos_token_id) or self.eos_token_ids,
                     pad_id=self._tokenizer.pad_token_id,
                     tokenizer=self._tokenizer,
                 )
@@ -106,23 +110,27 @@ class GrpoTrainer(GRPOTrainer):
             return policy, bool(self.args.bf16)
         return self.rollout_copy.get(policy, self.state.global_step), False
 
+    def _rollout_fallback(self) -> str | None:
+        """Why this run cannot sample on grpokit's sampler ("" when the recipe chose TRL's or vLLM), else None."""
+        if self.rollout_engine != "grpokit" or self.use_vllm:
+            return ""
+        if getattr(self, "tools", None) or self.environment_factories is not None:
+            return "does not call tools"
+        if self.use_transformers_continuous_batching:
+            return "is not continuous batching, which the recipe asked for"
+        unsupported = unsupported_settings(self.generation_config)
+        if unsupported:
+            return f"does not implement the generation settings {', '.join(unsupported)}"
+        return None
+
     def _rollout_settings(self, images: Any, multimodal_fields: Any) -> SamplingSettings | None:
-        if (
-            self.rollout_engine != "grpokit"
-            or self.use_vllm
-            or (images is not None and any(images))
-            or multimodal_fields
-        ):
-            return None
-        if getattr(self, "tools", None) or self.args.use_transformers_paged:
+        if self.rollout_fallback is not None or (images is not None and any(images)) or multimodal_fields:
             return None
         config = self.generation_config
-        if (config.repetition_penalty or 1.0) != 1.0 or config.min_p or not config.do_sample:
-            return None
         return SamplingSettings(
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature or 1.0,
-            top_k=config.top_k or 0,
+            top_k=(config.top_k or 0) if config.do_sample else 1,  # do_sample=False: greedy
             top_p=config.top_p if config.top_p is not None else 1.0,
             min_new_tokens=config.min_new_tokens or 0,
             stop_texts=self.stop_texts,
@@ -155,6 +163,10 @@ class GrpoTrainer(GRPOTrainer):
         kept = int(mask.sum())
         self._metrics["train"]["rows_trained_frac"].append(kept / mask.numel())
         return batch if kept == mask.numel() else _select_rows(batch, mask)
+
+
+def _as_ids(value: int | list[int] | None) -> list[int]:
+    return [] if value is None else [value] if isinstance(value, int) else list(value)
 
 
 def skipping_is_exact(args: Any) -> bool:
