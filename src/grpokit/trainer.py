@@ -2,9 +2,10 @@
 error counts in the logs, and checkpoints marked complete only once fully written.
 
 A group whose completions all get the same reward has advantage 0 for every completion. With no KL
-term (beta = 0), no entropy bonus, and a loss normalised by the generation batch's token count (TRL's
-default `dapo`, and `cispo`), such rows add exactly zero to the loss and its gradient. They are dropped
-before the forward/backward pass, so the update is the same and the pass costs only what teaches.
+term (beta = 0), no entropy bonus or entropy quantile, no MoE router loss, and a loss normalised by the
+generation batch's token count (TRL's default `dapo`, and `cispo`), such rows add exactly zero to the
+loss and its gradient. They are dropped before the forward/backward pass, so the update is the same
+and the pass costs only what teaches.
 Measured on the default recipe: 25-100% of the groups per step (about half on average) are uniform
 once the cold start has taught the format, so that share of the training pass was spent on zeros.
 """
@@ -49,11 +50,11 @@ class GrpoTrainer(GRPOTrainer):
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
-        self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args)
+        self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
         if skip_zero_advantage and not self.skip_zero_advantage:
             log.info(
-                "training on every completion: skipping zero-advantage rows is exact only with beta=0, "
-                "no entropy bonus and loss_type in %s",
+                "training on every completion: skipping zero-advantage rows is exact only with beta=0, no entropy "
+                "bonus, top_entropy_quantile=1, no router auxiliary loss, steps_per_generation=1 and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
 
@@ -169,12 +170,17 @@ def _as_ids(value: int | list[int] | None) -> list[int]:
     return [] if value is None else [value] if isinstance(value, int) else list(value)
 
 
-def skipping_is_exact(args: Any) -> bool:
+def skipping_is_exact(args: Any, router_aux_loss: bool = False) -> bool:
+    """Whether dropping zero-advantage rows leaves the loss and its gradient unchanged. Not with terms that
+    read every row: a KL term or entropy bonus, an entropy quantile (taken over all rows, so dropping rows
+    changes which tokens train), or a MoE router's load-balancing loss (over every token's routing)."""
     return (
         args.beta == 0.0
         and args.loss_type in _TOKEN_NORMALISED_LOSSES
         and getattr(args, "entropy_coef", 0.0) == 0.0
         and not getattr(args, "use_adaptive_entropy", False)
+        and getattr(args, "top_entropy_quantile", 1.0) >= 1.0
+        and not router_aux_loss
         and args.steps_per_generation == 1
     )
 
