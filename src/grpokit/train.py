@@ -82,7 +82,9 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             eval_set = task.dataset("eval", recipe.eval.n)
         except ValueError as err:
             raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
-        model, tokenizer = load_model(recipe.model.name, recipe.model.dtype, recipe.model.revision)
+        model, tokenizer = load_model(
+            recipe.model.name, recipe.model.dtype, recipe.model.revision, full_finetune=not recipe.lora.enabled
+        )
         train_data = build_train_dataset(task, tokenizer, recipe)
         for note in task.notes():
             log.warning("data: %s", note)
