@@ -12,8 +12,14 @@ CHATML = (
 )
 
 
-def build_tiny_model(out_dir: Path, chat_template: str = CHATML) -> Path:
-    """A 2-layer Llama with a 400-token BPE vocabulary learned from the arithmetic task's own text."""
+# Llama 3, Gemma and Mistral: the template writes the BOS token, and the tokenizer adds one to any text too.
+BOS_CHATML = "{{ bos_token }}" + CHATML
+
+
+def build_tiny_model(out_dir: Path, chat_template: str = CHATML, bos: bool = False) -> Path:
+    """A 2-layer Llama with a 400-token BPE vocabulary learned from the arithmetic task's own text.
+
+    `bos`: a `<s>` token that the tokenizer adds in front of every text (pair it with BOS_CHATML)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -31,18 +37,20 @@ def build_tiny_model(out_dir: Path, chat_template: str = CHATML) -> Path:
         corpus,
         trainers.BpeTrainer(
             vocab_size=400,
-            special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"],
+            special_tokens=["<unk>", "<|im_start|>", "<|im_end|>", *(["<s>"] if bos else [])],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         ),
     )
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
-        bos_token="<|im_start|>",
+        bos_token="<s>" if bos else "<|im_start|>",
         eos_token="<|im_end|>",
         pad_token="<|im_end|>",
         unk_token="<unk>",
     )
     tokenizer.chat_template = chat_template
+    if bos:
+        tokenizer.add_bos_token = True  # rewrites the post-processor, which tokenizer.json keeps
     torch.manual_seed(0)
     # Shrunk to the minimum that still exercises every code path: 2 layers, GQA (2 heads, 1 kv head).
     config = LlamaConfig(

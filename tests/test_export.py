@@ -62,7 +62,7 @@ def test_chat_one_shot_and_interactive(run_dir, capsys):
 
     assert main(["chat", str(run_dir), "--prompt", "What is 1 + 1 * 1?", "--max-new-tokens", "4"]) == 0
     # The streamed reply is exactly the greedy completion of the chat prompt.
-    model, tokenizer, system = chat.load(str(run_dir), None)
+    model, tokenizer, system, _ = chat.load(str(run_dir), None)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "What is 1 + 1 * 1?"}]
     streamed = chat.reply(model, tokenizer, messages, io.StringIO(), max_new_tokens=6)
     prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

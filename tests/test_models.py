@@ -54,3 +54,47 @@ def test_model_without_chat_template_is_refused(tiny_model_dir, tmp_path):
     (copy / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ModelNotFoundError, match="no chat template"):
         models.load_model(str(copy))
+
+
+@pytest.mark.parametrize(("full_finetune", "expected"), [(True, "float32"), (False, "bfloat16")])
+def test_a_full_fine_tune_on_a_gpu_keeps_fp32_weights_under_bf16_autocast(
+    tiny_model_dir, monkeypatch, full_finetune, expected
+):
+    """On a bf16 GPU (mocked), `auto` loads a full fine-tune's weights in fp32 and trains them under bf16
+    autocast; LoRA keeps a bf16 base, and peft's adapters stay fp32."""
+    import torch
+
+    from grpokit.models import load_model, resolve_dtype
+    from grpokit.precision import trainer_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_dtype("auto", full_finetune) == getattr(torch, expected)
+    assert resolve_dtype("auto", full_finetune=False) == torch.bfloat16  # inference: bf16 as before
+    assert trainer_precision() == {"bf16": True, "use_cpu": False}  # autocast over the weights
+    model, _ = load_model(str(tiny_model_dir), "auto", full_finetune=full_finetune)
+    assert {p.dtype for p in model.parameters()} == {getattr(torch, expected)}
+    if not full_finetune:
+        from peft import LoraConfig, get_peft_model
+
+        policy = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
+        trained = {p.dtype for p in policy.parameters() if p.requires_grad}
+        assert trained == {torch.float32}
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_training_loads_a_full_fine_tune_as_one(tiny_model_dir, tmp_path, monkeypatch, lora):
+    from grpokit import train
+    from grpokit.config import build_recipe
+    from tests.conftest import tiny_recipe
+
+    class Loaded(Exception):
+        pass
+
+    def fake_load_model(*args, **kwargs):
+        raise Loaded(kwargs)
+
+    monkeypatch.setattr(train, "load_model", fake_load_model)
+    with pytest.raises(Loaded) as loaded:
+        train.main(build_recipe(tiny_recipe(tiny_model_dir, tmp_path, lora={"enabled": lora})))
+    assert loaded.value.args[0].get("full_finetune") is (not lora)

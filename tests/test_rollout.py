@@ -208,3 +208,78 @@ def test_copy_never_calls_back_into_a_wrapped_policy(model_and_tokenizer):
     with torch.no_grad():
         copy(torch.tensor([PROMPTS[0]]))
     assert calls == [] and "forward" not in vars(copy)
+
+
+def _adapted(model, seed=5, **lora):
+    """The tiny model under a peft adapter of `lora`'s kind, every trainable parameter moved off its start."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    config = lora.pop("config", None) or LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", **lora)
+    policy = get_peft_model(copy.deepcopy(model), config)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for param in policy.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn_like(param) * 0.3)
+    return policy.eval()
+
+
+@pytest.mark.parametrize("kind", ["dora", "lora_bias", "ia3"])
+def test_adapters_a_merged_copy_cannot_hold_sample_on_the_policy(model_and_tokenizer, caplog, kind):
+    """DoRA, a bias on B, or another kind of adapter: `W + B A` is not the policy, so evaluation (and the
+    trainer, through the same `wants_copy`) decodes on the policy itself, saying so once."""
+    import logging
+
+    from peft import IA3Config
+
+    from grpokit.evaluate import _generate
+    from grpokit.rollout import RolloutCopy, wants_copy
+
+    model, tokenizer = model_and_tokenizer
+    settings = {
+        "dora": {"use_dora": True},
+        "lora_bias": {"lora_bias": True},
+        "ia3": {
+            "config": IA3Config(target_modules=["q_proj", "v_proj", "down_proj"], feedforward_modules=["down_proj"])
+        },
+    }[kind]
+    policy = _adapted(model, **settings)
+    with caplog.at_level(logging.INFO, logger="grpokit.rollout"):
+        assert not wants_copy(policy) and not wants_copy(policy)
+    assert len([r for r in caplog.records if "not a merged copy" in r.getMessage()]) <= 1  # once per process
+    with pytest.raises(ValueError, match="would not be the policy"):
+        RolloutCopy(torch.float32).get(policy, version=0)
+    prompts = ["What is 2 + 3 * 4?", "What is 7 * 2 + 1?"]
+    got = _generate(policy, tokenizer, prompts, max_new_tokens=8, batch_size=4)
+    expected = []
+    for text in prompts:
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        out = policy.generate(input_ids=ids, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        expected.append([tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)])
+    assert got.completions == expected
+
+
+@pytest.mark.parametrize("bias", ["all", "lora_only"])
+def test_lora_with_trained_biases_keeps_an_exact_copy(tiny_model_dir, bias):
+    """With `bias="all"` the biases train in place, in the base layers `refresh` copies from: the copy
+    stays exact (measured, and kept), so these policies keep the faster merged sampling."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from grpokit.rollout import RolloutCopy, wants_copy
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.attention_bias = config.mlp_bias = True  # a model with biases to train
+    torch.manual_seed(0)
+    policy = _adapted(AutoModelForCausalLM.from_config(config), bias=bias)
+    assert wants_copy(policy)
+    rollout = RolloutCopy(torch.float32)
+    ids = torch.tensor([PROMPTS[5]])
+    with torch.no_grad():
+        torch.testing.assert_close(rollout.get(policy, 0)(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
+        biases = [p for n, p in policy.named_parameters() if n.endswith("bias") and p.requires_grad]
+        assert biases, "the adapter trains biases"
+        for param in biases:  # an "optimizer step" on the biases alone
+            param.add_(0.5)
+        torch.testing.assert_close(rollout.get(policy, 1)(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)

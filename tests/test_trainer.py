@@ -1,10 +1,16 @@
 """Dropping zero-advantage rows before the training pass must not change the update."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from grpokit.config import build_grpo_config, build_recipe
 from grpokit.trainer import _select_rows, keep_mask, skipping_is_exact
+from tests import skip_run
 from tests.conftest import tiny_recipe
 
 
@@ -35,6 +41,8 @@ def test_select_rows_filters_per_row_values_only():
         ({"loss_type": "grpo"}, False),
         ({"loss_type": "cispo"}, True),
         ({"steps_per_generation": 2}, False),
+        ({"top_entropy_quantile": 0.2}, False),
+        ({"entropy_coef": 0.01}, False),
     ],
 )
 def test_skipping_only_where_it_is_exact(tiny_model_dir, tmp_path, grpo, exact):
@@ -43,47 +51,142 @@ def test_skipping_only_where_it_is_exact(tiny_model_dir, tmp_path, grpo, exact):
     assert skipping_is_exact(build_grpo_config(build_recipe(raw), tmp_path / "g")) is exact
 
 
-def _train(tiny_model_dir, tmp_path, skip: bool) -> dict[str, torch.Tensor]:
-    import transformers
+@pytest.fixture(scope="module")
+def full_pass(tiny_model_dir, tmp_path_factory) -> dict[str, torch.Tensor]:
+    """LoRA weights after training on every row, one process."""
+    return skip_run.train(tiny_model_dir, tmp_path_factory.mktemp("full"), skip=False)
 
+
+def test_skipping_gives_the_same_weights(tiny_model_dir, tmp_path, full_pass):
+    skipped = skip_run.train(tiny_model_dir, tmp_path, skip=True)
+    moved = [n for n in skipped if "lora_B" in n and skipped[n].abs().sum() > 0]
+    assert moved, "the run trained at all"
+    for name in skipped:
+        torch.testing.assert_close(skipped[name], full_pass[name], rtol=1e-4, atol=1e-6)
+
+
+def test_two_processes_skipping_give_the_weights_of_one_training_every_row(tiny_model_dir, tmp_path, full_pass):
+    """The same rows split over two gloo ranks, each skipping its own zero-advantage rows (and keeping as many
+    rows as the other): the loss's normaliser and DDP's averaging must still give one process's update."""
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "tests.skip_run"]
+    done = subprocess.run(
+        [sys.executable, *command, str(tiny_model_dir), str(tmp_path), "skip"],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = torch.load(tmp_path / "weights.pt")
+    assert two.keys() == full_pass.keys()
+    for name in two:
+        torch.testing.assert_close(two[name], full_pass[name], rtol=1e-4, atol=1e-6)
+
+
+def _format_reward(prompts, completions, **kwargs):
+    return [float("<answer>" in c) for c in completions]
+
+
+def _trainer(tiny_model_dir, tmp_path, model=None, **grpo):
+    """A GrpoTrainer on the tiny model, or `model` with its tokenizer (full fine-tune), with `grpo` keys on
+    top of the tiny recipe."""
     from grpokit import train
     from grpokit.models import load_model
     from grpokit.tasks import build_task
     from grpokit.trainer import GrpoTrainer
 
-    def half_uniform(prompts, completions, answer, **kwargs):
-        # Prompts with an even answer: every completion gets 1 (a zero-advantage group); others: by length.
-        return [1.0 if a % 2 == 0 else float(len(c) % 3) for c, a in zip(completions, answer, strict=True)]
-
-    raw = tiny_recipe(tiny_model_dir, tmp_path / str(skip), rewards=[{"name": "format"}])  # one weight
-    # 4 groups a step; one step, since later samples depend on float-order-level weight differences
-    raw["grpo"].update({"per_device_train_batch_size": 16, "num_generations": 4, "max_steps": 1})
-    # Plain SGD: an Adam step is nearly sign(gradient) and would hide a wrongly scaled loss.
-    raw["grpo"].update({"optim": "sgd", "learning_rate": 1.0, "warmup_steps": 0})
+    raw = tiny_recipe(tiny_model_dir, tmp_path, rewards=[{"name": "format"}])
+    raw["grpo"].update(grpo)
     recipe = build_recipe(raw)
-    transformers.set_seed(0)
-    model, tokenizer = load_model(recipe.model.name)
-    model = train.attach_lora(model, recipe)
-    data = train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe)
-    trainer = GrpoTrainer(
-        model=model,
-        reward_funcs=[half_uniform],
+    loaded, tokenizer = load_model(recipe.model.name)
+    return GrpoTrainer(
+        model=loaded if model is None else model,
+        reward_funcs=[_format_reward],
+        args=build_grpo_config(recipe, tmp_path / "grpo"),
+        train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
         processing_class=tokenizer,
-        args=build_grpo_config(recipe, tmp_path / f"g{skip}"),
-        train_dataset=data,
-        skip_zero_advantage=skip,
+        stop_texts=("</answer>",),
     )
-    trainer.train()
-    logged = [row for row in trainer.state.log_history if "rows_trained_frac" in row]
-    if skip:
-        assert any(row["rows_trained_frac"] < 1.0 for row in logged), "some rows were skipped"
-    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
 
 
-def test_skipping_gives_the_same_weights(tiny_model_dir, tmp_path):
-    skipped = _train(tiny_model_dir, tmp_path, skip=True)
-    full = _train(tiny_model_dir, tmp_path, skip=False)
-    moved = [n for n in skipped if "lora_B" in n and skipped[n].abs().sum() > 0]
-    assert moved, "the run trained at all"
-    for name in skipped:
-        torch.testing.assert_close(skipped[name], full[name], rtol=1e-4, atol=1e-6)
+def _fallback_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "TRL's generation" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("grpo", "named"),
+    [
+        ({"generation_kwargs": {"suppress_tokens": [5]}}, "suppress_tokens"),
+        ({"generation_kwargs": {"bad_words_ids": [[5, 6]]}}, "bad_words_ids"),
+        ({"generation_kwargs": {"no_repeat_ngram_size": 2}}, "no_repeat_ngram_size"),
+        ({"generation_kwargs": {"typical_p": 0.9}}, "typical_p"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+        ({"min_p": 0.1}, "min_p"),
+    ],
+)
+def test_a_setting_the_sampler_lacks_sends_rollouts_to_trl_with_one_log_line(
+    tiny_model_dir, tmp_path, caplog, monkeypatch, grpo, named
+):
+    import logging
+
+    from trl import GRPOTrainer
+
+    with caplog.at_level(logging.INFO, logger="grpokit.trainer"):
+        trainer = _trainer(tiny_model_dir, tmp_path, **grpo)
+        calls = []
+        monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", lambda self, *a, **k: calls.append(a) or ([], None))
+        trainer._generate_single_turn([[5, 9, 13]] * 4, None, {}, 4)
+        trainer._generate_single_turn([[5, 9, 13]] * 4, None, {}, 4)
+    (line,) = _fallback_lines(caplog)  # once for the run, not once per rollout
+    assert named in line and "</answer>" in line
+    assert len(calls) == 2, "TRL's generation, which follows every setting, drew the completions"
+
+
+def test_settings_the_sampler_follows_stay_on_it(tiny_model_dir, tmp_path, caplog):
+    """Temperature, top-k/p, min_new_tokens and an eos_token_id override: no fallback, and the override ends rows."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="grpokit.trainer"):
+        greedy = _trainer(tiny_model_dir, tmp_path / "a", top_k=1, top_p=0.9, temperature=0.7)
+        assert greedy._rollout_settings(None, {}) is not None
+        prompt = [40, 50, 60, 70]  # the random tiny model repeats a token, then switches to another
+        (free, *_), _ = greedy._generate_single_turn([prompt] * 2, None, {}, 2)
+        stop_at = next(i for i in range(1, len(free)) if free[i] not in free[:i])
+        stopper = _trainer(
+            tiny_model_dir,
+            tmp_path / "b",
+            top_k=1,
+            generation_kwargs={"eos_token_id": free[stop_at], "min_new_tokens": 1},
+        )
+        settings = stopper._rollout_settings(None, {})
+        (row, *_), _ = stopper._generate_single_turn([prompt] * 2, None, {}, 2)
+    assert _fallback_lines(caplog) == []
+    assert settings.min_new_tokens == 1 and settings.top_k == 1
+    assert row == free[: stop_at + 1], "the completion ends at the eos_token_id override"
+
+
+@pytest.mark.parametrize(("grpo", "skips"), [({}, False), ({"router_aux_loss_coef": 0.0}, True)])
+def test_a_router_auxiliary_loss_turns_the_skip_off(tiny_model_dir, tmp_path, grpo, skips):
+    """A MoE model's load-balancing loss covers every row's routing: dropping rows would change it."""
+    from transformers import AutoTokenizer, MixtralConfig, MixtralForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    # Shrunk like the tiny Llama: one layer, two experts, one per token; the default router_aux_loss_coef.
+    config = MixtralConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    trainer = _trainer(tiny_model_dir, tmp_path, model=MixtralForCausalLM(config), **grpo)
+    assert trainer.aux_loss_enabled is not skips
+    assert trainer.skip_zero_advantage is skips

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
-def load(target: str, task_name: str | None) -> tuple[Any, Any, str]:
+def load(target: str, task_name: str | None) -> tuple[Any, Any, str, dict[str, Any]]:
+    """(model, tokenizer, system prompt, chat template switches) for a run directory or a model."""
     from grpokit.config import load_recipe
     from grpokit.models import load_trained
     from grpokit.tasks import get_task_class
@@ -23,20 +24,32 @@ def load(target: str, task_name: str | None) -> tuple[Any, Any, str]:
         recipe = load_recipe(recipe_path)
         model, tokenizer = load_trained(target, recipe.model.name, recipe.model.dtype, recipe.model.revision)
         system = recipe.task.system_prompt or get_task_class(task_name or recipe.task.name).system_prompt
+        switches = recipe.chat_template_kwargs
     else:
         model, tokenizer = load_trained(target, target)
         system = get_task_class(task_name or "arithmetic").system_prompt
+        switches = {}
     model.eval()
-    return model, tokenizer, system
+    return model, tokenizer, system, switches
 
 
-def reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], out: TextIO, max_new_tokens: int) -> str:
+def reply(
+    model: Any,
+    tokenizer: Any,
+    messages: list[dict[str, str]],
+    out: TextIO,
+    max_new_tokens: int,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> str:
     """Generate the assistant's turn greedily, writing tokens to `out` as they come."""
     import torch
     from transformers import TextIteratorStreamer
 
-    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
+    from grpokit.tasks.base import render_prompt, tokenize_prompts
+
+    ids = tokenize_prompts(tokenizer, [render_prompt(tokenizer, messages, chat_template_kwargs)])  # as training saw it
+    inputs = {"input_ids": torch.tensor(ids, device=model.device)}
+    inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
 
     def generate() -> None:
@@ -72,10 +85,10 @@ def main(
     stdin: TextIO = sys.stdin,
     stdout: TextIO = sys.stdout,
 ) -> int:
-    model, tokenizer, system = load(target, task_name)
+    model, tokenizer, system, switches = load(target, task_name)
     messages = [{"role": "system", "content": system}]
     if prompt is not None:
-        reply(model, tokenizer, [*messages, {"role": "user", "content": prompt}], stdout, max_new_tokens)
+        reply(model, tokenizer, [*messages, {"role": "user", "content": prompt}], stdout, max_new_tokens, switches)
         return 0
     stdout.write(f"system: {system}\n(empty line or Ctrl-D to quit)\n")
     while True:
@@ -85,4 +98,5 @@ def main(
         if not line.strip():
             return 0
         messages.append({"role": "user", "content": line.strip()})
-        messages.append({"role": "assistant", "content": reply(model, tokenizer, messages, stdout, max_new_tokens)})
+        answer = reply(model, tokenizer, messages, stdout, max_new_tokens, switches)
+        messages.append({"role": "assistant", "content": answer})

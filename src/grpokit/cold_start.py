@@ -15,18 +15,29 @@ from typing import Any
 from grpokit.checkpoints import mark_complete
 from grpokit.config import Recipe, default_report_to
 from grpokit.precision import trainer_precision
-from grpokit.tasks.base import Task, render_prompt
+from grpokit.tasks.base import Task, render_prompt, tokenize_prompts
 
 log = logging.getLogger(__name__)
 
 
-def build_demonstrations(task: Task, tokenizer: Any, recipe: Recipe) -> list[dict[str, str]]:
-    """Prompt/completion pairs from the train split (never the held-out one)."""
+def build_demonstrations(task: Task, tokenizer: Any, recipe: Recipe) -> list[dict[str, list[int]]]:
+    """Tokenized demonstrations from the train split (never the held-out one): `input_ids` (prompt,
+    demonstration, EOS) and `completion_mask` (1 on the demonstration and EOS, which the loss covers).
+
+    Tokenized here rather than by TRL: its SFT adds special tokens to a text prompt, a second BOS in front
+    of the one a Llama 3, Gemma or Mistral template writes. The prompt ids are the ones GRPO and evaluation
+    see (`tokenize_prompts`), and the completion follows them as sampled tokens would.
+    """
+    examples = [task.example("train", 1_000_000 + i) for i in range(recipe.cold_start.examples)]  # apart from GRPO's
+    kwargs = recipe.chat_template_kwargs
+    prompts = tokenize_prompts(
+        tokenizer, [render_prompt(tokenizer, task.messages(ex, recipe.task.system_prompt), kwargs) for ex in examples]
+    )
+    answers = tokenizer(text=[task.demonstration(ex) for ex in examples], add_special_tokens=False)["input_ids"]
     rows = []
-    for index in range(recipe.cold_start.examples):
-        example = task.example("train", 1_000_000 + index)  # indices apart from the GRPO prompts' stream
-        prompt = render_prompt(tokenizer, task.messages(example, recipe.task.system_prompt))
-        rows.append({"prompt": prompt, "completion": task.demonstration(example)})
+    for prompt, answer in zip(prompts, answers, strict=True):
+        completion = [*answer, tokenizer.eos_token_id]
+        rows.append({"input_ids": prompt + completion, "completion_mask": [0] * len(prompt) + [1] * len(completion)})
     return rows
 
 

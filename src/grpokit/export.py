@@ -2,7 +2,8 @@
 
 The folder loads with `transformers.pipeline("text-generation", model=OUT)` and nothing else: merged
 weights (safetensors), tokenizer, generation config, and a chat template whose default system
-message is the task's instruction, so a plain chat call answers in the trained
+message is the task's instruction and whose switches default to the recipe's `chat_template_kwargs`, so a
+plain chat call sees the prompt ids training saw and answers in the trained
 `<think>…</think><answer>…</answer>` format. `grpokit_export.json` records where it came from.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,25 @@ def default_system_template(template: str, system_prompt: str) -> str:
     return prefix + template
 
 
+def default_switches(template: str, switches: dict[str, Any]) -> str:
+    """Wrap a chat template so that its switches (`enable_thinking`, ...) default to the recipe's values,
+    and a plain `apply_chat_template` call renders the prompt the model was trained on.
+
+    >>> from jinja2 import Template
+    >>> t = "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}hi"
+    >>> wrapped = default_switches(t, {"enable_thinking": False})
+    >>> Template(wrapped).render(), Template(wrapped).render(enable_thinking=True)
+    ('<think></think>hi', 'hi')
+    """
+    prefix = ""
+    for name, value in switches.items():
+        if not name.isidentifier():
+            raise ValueError(f"chat_template_kwargs key {name!r} is not a template variable name")
+        literal = "none" if value is None else json.dumps(value)  # JSON scalars and lists are Jinja literals
+        prefix += f"{{%- if {name} is not defined -%}}{{%- set {name} = {literal} -%}}{{%- endif -%}}"
+    return prefix + template
+
+
 def main(run_dir: str | Path, out: str | Path) -> Path:
     from grpokit.config import load_recipe
     from grpokit.models import load_trained
@@ -49,7 +70,8 @@ def main(run_dir: str | Path, out: str | Path) -> Path:
         log.info("merging the LoRA adapter into the base weights")
         model = model.merge_and_unload()
     system_prompt = recipe.task.system_prompt or get_task_class(recipe.task.name).system_prompt
-    tokenizer.chat_template = default_system_template(tokenizer.chat_template, system_prompt)
+    template = default_switches(tokenizer.chat_template, recipe.chat_template_kwargs)
+    tokenizer.chat_template = default_system_template(template, system_prompt)
     tokenizer.padding_side = "left"
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)

@@ -118,21 +118,41 @@ def resolve_model_path(name: str) -> str:
     return name  # hub id: transformers downloads it (or finds it in the HF cache when offline)
 
 
-def resolve_dtype(dtype: str) -> Any:
+def resolve_dtype(dtype: str, full_finetune: bool = False) -> Any:
+    """'auto': bfloat16 on a GPU that supports it, float32 elsewhere, and float32 weights for a full fine-tune.
+
+    A full fine-tune's optimizer adds each update to the weights themselves; bf16 keeps 8 bits of mantissa,
+    so an update under ~0.4% of a weight rounds away. Its fp32 weights train under bf16 autocast
+    (`grpokit.precision`), as mixed precision intends. With LoRA the base weights never change and stay
+    bf16; peft keeps the adapters it trains in fp32.
+    """
     import torch
 
     if dtype == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported() and not full_finetune
+        return torch.bfloat16 if bf16 else torch.float32
     return getattr(torch, dtype)
 
 
-def load_model(name: str, dtype: str = "auto", revision: str | None = None) -> tuple[Any, Any]:
-    """Load a causal LM and its tokenizer, ready to train and to generate (left padding, pad token set)."""
+def load_model(
+    name: str, dtype: str = "auto", revision: str | None = None, full_finetune: bool = False
+) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer, ready to train and to generate (left padding, pad token set).
+
+    `full_finetune`: every weight will train (see `resolve_dtype`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
-    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=resolve_dtype(dtype))
+    torch_dtype = resolve_dtype(dtype, full_finetune)
+    if full_finetune and dtype in ("bfloat16", "float16"):
+        log.warning(
+            "model.dtype=%s for a full fine-tune: updates under ~0.4%% of a weight round away in %s; "
+            "model.dtype: auto keeps float32 weights and trains them under autocast",
+            dtype,
+            dtype,
+        )
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -18,11 +18,14 @@ model never drew would train it too, pushing rows with a negative advantage away
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,6 +36,43 @@ class SamplingSettings:
     top_p: float = 1.0
     min_new_tokens: int = 0
     stop_texts: tuple[str, ...] = ()
+
+
+# GenerationConfig keys `sample` follows (or that do not change what is drawn); `unsupported_settings`
+# names every other key a run sets, so that the trainer hands those runs to TRL's generation.
+FOLLOWED_SETTINGS = frozenset(
+    {
+        "max_new_tokens",
+        "min_new_tokens",
+        "do_sample",  # False: greedy (top-k 1)
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",  # only 0 or None
+        "repetition_penalty",  # only 1.0 or None
+        "eos_token_id",  # the trainer passes the config's ids as `eos_ids`
+        "pad_token_id",
+        "bos_token_id",
+        "cache_implementation",
+        "disable_compile",
+        "transformers_version",
+    }
+)
+
+
+def unsupported_settings(config: Any) -> list[str]:
+    """The settings of a transformers GenerationConfig that `sample` would drop (empty: it follows them all).
+
+    >>> from transformers import GenerationConfig
+    >>> unsupported_settings(GenerationConfig(do_sample=True, temperature=0.7, top_k=50, no_repeat_ngram_size=3))
+    ['no_repeat_ngram_size']
+    """
+    out = sorted(key for key in config.to_diff_dict() if key not in FOLLOWED_SETTINGS)
+    if config.min_p:
+        out.append(f"min_p={config.min_p}")
+    if (config.repetition_penalty or 1.0) != 1.0:
+        out.append(f"repetition_penalty={config.repetition_penalty}")
+    return out
 
 
 def group_runs(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
@@ -191,6 +231,9 @@ class RolloutCopy:
 
     def get(self, policy: Any, version: Any) -> Any:
         """The copy, refreshed when `version` (the optimizer step) differs from the last refresh."""
+        refusal = copy_refusal(policy)
+        if refusal:
+            raise ValueError(f"a merged rollout copy would not be the policy: {refusal}; sample on the policy")
         if self.model is None:
             self.model = _plain_copy(policy, self.dtype)
         if version != self.version:
@@ -203,8 +246,40 @@ def wants_copy(policy: Any) -> bool:
     """A copy pays for a LoRA policy: merged, each decoding step is half as long (measured, SmolLM2-135M,
     LoRA r=16 on all linear layers: 5.0 s vs 11.3 s for 32 x 64 tokens). A full fine-tune samples on the
     policy itself under autocast: there a bf16 copy measured no faster inside the trainer (5.75 s vs
-    5.23 s per rollout) and its refresh rewrote every weight each step."""
-    return hasattr(policy, "get_base_model")
+    5.23 s per rollout) and its refresh rewrote every weight each step. An adapter the copy cannot hold
+    exactly (`copy_refusal`) samples on the policy too, said once in the log."""
+    if not hasattr(policy, "get_base_model"):
+        return False
+    refusal = copy_refusal(policy)
+    if refusal and refusal not in _REFUSALS_LOGGED:
+        _REFUSALS_LOGGED.add(refusal)
+        log.info("sampling on the policy itself, not a merged copy: %s", refusal)
+    return refusal is None
+
+
+_REFUSALS_LOGGED: set[str] = set()
+
+
+def copy_refusal(policy: Any) -> str | None:
+    """Why `refresh` cannot write this peft policy's weights exactly (None: it can).
+
+    It writes `W + sum(B A * scaling)` into each adapted layer and copies every other parameter, biases
+    included (so LoRA with `bias="all"` or `"lora_only"` is exact: those biases train in place). Not exact:
+    DoRA and the other LoRA variants (their output is not that sum), `lora_bias` (a bias on B, which the
+    copy's bias would miss), and adapters of other kinds (IA3, LoHa, prompt tuning, ...).
+    """
+    for name, config in getattr(policy, "peft_config", {}).items():
+        kind = getattr(config.peft_type, "value", config.peft_type)
+        if kind != "LORA":
+            return f"adapter {name!r} is {kind}, not LoRA"
+        if getattr(config, "use_dora", False):
+            return f"adapter {name!r} uses DoRA (weights rescaled per column by a trained magnitude)"
+        if getattr(config, "lora_bias", False):
+            return f"adapter {name!r} has lora_bias (a bias on B)"
+    variants = {type(v).__name__ for m in policy.modules() for v in (getattr(m, "lora_variant", None) or {}).values()}
+    if variants:
+        return f"its LoRA layers are variants ({', '.join(sorted(variants))}), not plain W + B A"
+    return None
 
 
 def _base(model: Any) -> Any:

@@ -85,7 +85,9 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             eval_set = task.dataset("eval", recipe.eval.n)
         except ValueError as err:
             raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
-        model, tokenizer = load_model(recipe.model.name, recipe.model.dtype, recipe.model.revision)
+        model, tokenizer = load_model(
+            recipe.model.name, recipe.model.dtype, recipe.model.revision, full_finetune=not recipe.lora.enabled
+        )
         for note in task.notes():
             log.warning("data: %s", note)
         if not records and main_rank:
@@ -268,8 +270,12 @@ def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
     from datasets import Dataset
 
     rows = task.dataset("train", recipe.task.train_size, distinct=False)
+    kwargs = recipe.chat_template_kwargs
     return Dataset.from_list(
-        [{**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt))} for row in rows]
+        [
+            {**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt), kwargs)}
+            for row in rows
+        ]
     )
 
 

@@ -2,9 +2,10 @@
 error counts in the logs, and checkpoints marked complete only once fully written.
 
 A group whose completions all get the same reward has advantage 0 for every completion. With no KL
-term (beta = 0), no entropy bonus, and a loss normalised by the generation batch's token count (TRL's
-default `dapo`, and `cispo`), such rows add exactly zero to the loss and its gradient. They are dropped
-before the forward/backward pass, so the update is the same and the pass costs only what teaches.
+term (beta = 0), no entropy bonus or entropy quantile, no MoE router loss, and a loss normalised by the
+generation batch's token count (TRL's default `dapo`, and `cispo`), such rows add exactly zero to the
+loss and its gradient. They are dropped before the forward/backward pass, so the update is the same
+and the pass costs only what teaches.
 Measured on the default recipe: 25-100% of the groups per step (about half on average) are uniform
 once the cold start has taught the format, so that share of the training pass was spent on zeros.
 """
@@ -18,12 +19,14 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from grpokit.checkpoints import mark_complete
-from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, wants_copy
+from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, unsupported_settings, wants_copy
 from grpokit.schedules import AdaptiveWeights, Curriculum, extra_prompt_rows, fill_batch
+from grpokit.tasks.base import tokenize_prompts
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +62,30 @@ class GrpoTrainer(GRPOTrainer):
         self.rollout_engine, self.stop_texts = rollout_engine, tuple(stop_texts)
         # A row that ends on a stop text has no EOS, which TRL would read as truncated: grpokit decides.
         self.mask_truncated_rows, self.mask_truncated_completions = self.mask_truncated_completions, False
+        self.rollout_fallback = self._rollout_fallback()
+        if self.rollout_fallback:  # one line for the run: a setting is never dropped silently
+            lost = f", without stopping at {' or '.join(self.stop_texts)}" if self.stop_texts else ""
+            log.warning("rollouts on TRL's generation%s: grpokit's sampler %s", lost, self.rollout_fallback)
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
-        self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args)
+        self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
         if skip_zero_advantage and not self.skip_zero_advantage:
             log.info(
-                "training on every completion: skipping zero-advantage rows is exact only with beta=0, "
-                "no entropy bonus and loss_type in %s",
+                "training on every completion: skipping zero-advantage rows is exact only with beta=0, no entropy "
+                "bonus, top_entropy_quantile=1, no router auxiliary loss, steps_per_generation=1 and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
 
+    def _tokenize_prompts(self, prompts: list) -> tuple[Any, Any, Any]:
+        if is_conversational({"prompt": prompts[0]}):
+            return super()._tokenize_prompts(prompts)
+        # grpokit's prompts are rendered text; TRL would add special tokens (a second BOS after the template's)
+        return tokenize_prompts(self.processing_class, prompts), None, {}
+
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         settings = self._rollout_settings(images, multimodal_fields)
-        if settings is None:  # vLLM, images, tools or a sampling option grpokit's sampler does not have
+        if settings is None:  # vLLM, images, tools or a generation setting grpokit's sampler does not have
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
@@ -94,7 +107,7 @@ class GrpoTrainer(GRPOTrainer):
                     model,
                     prompt_ids,
                     settings,
-                    eos_ids=self.eos_token_ids,
+                    eos_ids=_as_ids(self.generation_config.eos_token_id) or self.eos_token_ids,
                     pad_id=self._tokenizer.pad_token_id,
                     tokenizer=self._tokenizer,
                 )
@@ -117,23 +130,27 @@ class GrpoTrainer(GRPOTrainer):
             return policy, bool(self.args.bf16)
         return self.rollout_copy.get(policy, self.state.global_step), False
 
+    def _rollout_fallback(self) -> str | None:
+        """Why this run cannot sample on grpokit's sampler ("" when the recipe chose TRL's or vLLM), else None."""
+        if self.rollout_engine != "grpokit" or self.use_vllm:
+            return ""
+        if getattr(self, "tools", None) or self.environment_factories is not None:
+            return "does not call tools"
+        if self.use_transformers_continuous_batching:
+            return "is not continuous batching, which the recipe asked for"
+        unsupported = unsupported_settings(self.generation_config)
+        if unsupported:
+            return f"does not implement the generation settings {', '.join(unsupported)}"
+        return None
+
     def _rollout_settings(self, images: Any, multimodal_fields: Any) -> SamplingSettings | None:
-        if (
-            self.rollout_engine != "grpokit"
-            or self.use_vllm
-            or (images is not None and any(images))
-            or multimodal_fields
-        ):
-            return None
-        if getattr(self, "tools", None) or self.args.use_transformers_paged:
+        if self.rollout_fallback is not None or (images is not None and any(images)) or multimodal_fields:
             return None
         config = self.generation_config
-        if (config.repetition_penalty or 1.0) != 1.0 or config.min_p or not config.do_sample:
-            return None
         return SamplingSettings(
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature or 1.0,
-            top_k=config.top_k or 0,
+            top_k=(config.top_k or 0) if config.do_sample else 1,  # do_sample=False: greedy
             top_p=config.top_p if config.top_p is not None else 1.0,
             min_new_tokens=config.min_new_tokens or 0,
             stop_texts=self.stop_texts,
@@ -291,12 +308,21 @@ class GrpoTrainer(GRPOTrainer):
             batch["num_items_in_batch"] = batch["num_items_in_batch"] - self.accelerator.gather(removed).sum()
 
 
-def skipping_is_exact(args: Any) -> bool:
+def _as_ids(value: int | list[int] | None) -> list[int]:
+    return [] if value is None else [value] if isinstance(value, int) else list(value)
+
+
+def skipping_is_exact(args: Any, router_aux_loss: bool = False) -> bool:
+    """Whether dropping zero-advantage rows leaves the loss and its gradient unchanged. Not with terms that
+    read every row: a KL term or entropy bonus, an entropy quantile (taken over all rows, so dropping rows
+    changes which tokens train), or a MoE router's load-balancing loss (over every token's routing)."""
     return (
         args.beta == 0.0
         and args.loss_type in _TOKEN_NORMALISED_LOSSES
         and getattr(args, "entropy_coef", 0.0) == 0.0
         and not getattr(args, "use_adaptive_entropy", False)
+        and getattr(args, "top_entropy_quantile", 1.0) >= 1.0
+        and not router_aux_loss
         and args.steps_per_generation == 1
     )
 

@@ -97,9 +97,27 @@ def partition(items: list, key: Any, eval_fraction: float) -> dict[str, list]:
     return splits
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The exact text the model sees, shared by training, evaluation and the cold start."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def render_prompt(
+    tokenizer: Any, messages: list[dict[str, str]], chat_template_kwargs: dict[str, Any] | None = None
+) -> str:
+    """The exact text the model sees, shared by training, evaluation, the cold start and chat.
+
+    `chat_template_kwargs` are the template's own switches (Qwen3's `enable_thinking`), from the recipe's
+    `grpo.chat_template_kwargs`: grpokit renders prompts to text itself, so TRL never sees them.
+    """
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
+
+
+def tokenize_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
+    """Token ids of rendered prompts, the one tokenization every stage uses.
+
+    The chat template writes the BOS token itself where the model wants one (Llama 3, Gemma, Mistral);
+    a tokenizer that also adds special tokens would put a second BOS in front. Without special tokens the
+    ids equal `apply_chat_template(..., tokenize=True)`'s, which is what vLLM and plain chat callers see.
+    """
+    return tokenizer(text=list(prompts), add_special_tokens=False)["input_ids"]
 
 
 def think_prefilled(prompt: str) -> bool:

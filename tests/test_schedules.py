@@ -1,0 +1,161 @@
+"""Dynamic sampling, curriculum and adaptive reward weights, in the trainer's own batch."""
+
+import re
+
+import pytest
+import torch
+
+from grpokit.config import AdaptiveSection, build_recipe
+from grpokit.schedules import AdaptiveWeights, Curriculum, fill_batch, informative_groups
+from tests.conftest import tiny_recipe
+
+
+def _batch(advantages, prompt_width, completion_width, pad=0):
+    rows = len(advantages)
+    return {
+        "advantages": torch.tensor(advantages, dtype=torch.float32),
+        "prompt_ids": torch.arange(rows * prompt_width).view(rows, prompt_width) + 1,
+        "prompt_mask": torch.ones(rows, prompt_width, dtype=torch.long),
+        "completion_ids": torch.arange(rows * completion_width).view(rows, completion_width) + 1,
+        "completion_mask": torch.ones(rows, completion_width, dtype=torch.long),
+        "num_items_in_batch": torch.tensor(rows * completion_width),
+    }
+
+
+def test_fill_batch_puts_informative_groups_first_and_pads_each_side():
+    first = _batch([0, 0, 1, -1, 0, 0], prompt_width=3, completion_width=2)  # groups of 2: one informative
+    extra = _batch([2, -2, 0, 0, 1, -1], prompt_width=4, completion_width=5)
+    calls = []
+
+    def more(n):
+        calls.append(n)
+        return extra
+
+    merged, stats = fill_batch(first, more, group=2, max_extra_groups=3, pad_id=0)
+    assert calls == [3] and stats["dynamic/kept_frac"] == 1.0 and stats["dynamic/extra_rollouts"] == 6
+    assert merged["advantages"].tolist() == [1, -1, 2, -2, 1, -1]
+    assert merged["prompt_ids"].shape == (6, 4) and merged["completion_ids"].shape == (6, 5)
+    assert merged["prompt_ids"][0].tolist() == [0, 7, 8, 9]  # left padding on the prompt side
+    assert merged["completion_mask"][0].tolist() == [1, 1, 0, 0, 0]  # right padding on the completion side
+    assert merged["num_items_in_batch"].item() == 2 * 2 + 4 * 5  # the loss normaliser of what trains
+
+
+def test_fill_batch_stops_at_the_cap_and_fills_with_uniform_groups():
+    first = _batch([0, 0, 0, 0, 1, -1], prompt_width=2, completion_width=2)
+    merged, stats = fill_batch(first, lambda n: _batch([0.0] * 2 * n, 2, 2), group=2, max_extra_groups=2, pad_id=0)
+    assert stats["dynamic/kept_frac"] == pytest.approx(1 / 3) and stats["dynamic/extra_rollouts"] == 4
+    assert informative_groups(merged["advantages"], 2).tolist() == [True, False, False]
+
+
+def test_curriculum_and_adaptive_weights_move_with_the_rolling_success_rate():
+    c = Curriculum("max_value", [10, 20], threshold=0.6, window=2)
+    assert [c.update(x) for x in (1.0, 0.0, 1.0, 1.0, 1.0)] == [0, 0, 0, 1, 1]
+    w = AdaptiveWeights(
+        {"format": AdaptiveSection(target=0.8, rate=0.5, min_weight=0.2, max_weight=1.0, window=1)},
+        {"format": 1.0, "correctness": 1.0},
+    )
+    assert w.update({"format": 0.9, "correctness": 0.1}) == {"format": 0.5, "correctness": 1.0}
+    assert w.update({"format": 0.9})["format"] == 0.25
+    assert w.update({"format": 0.9})["format"] == 0.2  # never below min_weight
+    assert w.update({"format": 0.1})["format"] == pytest.approx(0.3)  # grows back when the skill slips
+
+
+def _trainer(tiny_model_dir, tmp_path, rewards, **sections):
+    from grpokit import train
+    from grpokit.callbacks import MetricsLog
+    from grpokit.checkpoints import StopOnSignal
+    from grpokit.grpo_stage import build_trainer
+    from grpokit.models import load_model
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path, rewards=rewards, **sections)
+    raw["grpo"].update({"per_device_train_batch_size": 16, "num_generations": 4})  # 4 groups of 4
+    recipe = build_recipe(raw)
+    model, tokenizer = load_model(recipe.model.name)
+    model = train.attach_lora(model, recipe)
+    trainer = build_trainer(
+        "grpo", model, tokenizer, recipe, tmp_path, [], MetricsLog(tmp_path / "m.jsonl"), StopOnSignal()
+    )
+    trainer.skip_zero_advantage = False  # look at the whole batch
+    trainer.record_prompts = True
+    return trainer
+
+
+def parity(task):
+    """Even answers: every completion scores 1 (a group that teaches nothing); odd: by length."""
+    return lambda completion, example: 1.0 if example["answer"] % 2 == 0 else float(len(completion) % 3)
+
+
+def always_right(task):
+    return lambda completion, example: 1.0
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_dynamic_sampling_fills_the_batch_with_groups_that_teach(tiny_model_dir, tmp_path, dynamic):
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": "tests.test_schedules.parity"}],
+        dynamic_sampling={"enabled": dynamic, "max_extra": 3.0},
+    )
+    inputs = next(iter(trainer.get_train_dataloader()))
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions(inputs)
+    useful = informative_groups(batch["advantages"], 4)
+    assert len(useful) == 4
+    if dynamic:
+        assert useful.all()
+        assert trainer._metrics["train"]["dynamic/kept_frac"] == [1.0]
+        assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
+    else:
+        assert not useful.all()  # the control: uniform groups stay in the batch
+
+
+@pytest.mark.parametrize("curriculum", [True, False])
+def test_curriculum_moves_to_harder_prompts_once_the_success_rate_is_reached(tiny_model_dir, tmp_path, curriculum):
+    section = {
+        "param": "max_value",
+        "levels": [9, 500],
+        "threshold": 0.9,
+        "window": 1,
+        "reward": "tests.test_schedules.always_right",
+    }
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": "tests.test_schedules.always_right"}],
+        **({"curriculum": section} if curriculum else {}),
+    )
+    loader = iter(trainer.get_train_dataloader())
+    for _ in range(2):
+        trainer._generate_and_score_completions(next(loader))
+    first, second = trainer.prompts_seen[:16], trainer.prompts_seen[16:]
+
+    def largest(prompts):
+        return max(
+            int(n)
+            for p in prompts
+            for n in re.findall(r"What is ([0-9 +*]+)\?", p)[0].replace("+", " ").replace("*", " ").split()
+        )
+
+    assert largest(first) <= (9 if curriculum else 10)  # level 0 (max_value 9), or the task's own 10
+    if curriculum:
+        assert largest(second) > 9 and trainer._metrics["train"]["curriculum/level"] == [1.0, 1.0]
+    else:
+        assert largest(second) <= 10
+
+
+def test_adaptive_weights_change_the_advantages_weights_and_are_logged(tiny_model_dir, tmp_path):
+    rewards = [
+        {
+            "name": "tests.test_schedules.always_right",
+            "weight": 1.0,
+            "adaptive": {"target": 0.5, "rate": 0.5, "min_weight": 0.1, "max_weight": 1.0, "window": 1},
+        },
+        {"name": "format", "weight": 0.5},
+    ]
+    trainer = _trainer(tiny_model_dir, tmp_path, rewards)
+    trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    assert trainer.reward_weights.tolist() == [0.5, 0.5]
+    assert trainer._metrics["train"]["weights/tests.test_schedules.always_right"] == [0.5]
+    state = trainer._schedule_state()
+    assert state["adaptive"]["weights"]["tests.test_schedules.always_right"] == 0.5
