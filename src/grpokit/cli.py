@@ -78,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except OSError as err:
-        if err.errno == errno.ENOSPC:
+        from grpokit.disk import DiskFullError
+
+        if isinstance(err, DiskFullError):  # its message already names the folder, the sizes and the resume
+            print(f"grpokit: error: {err}", file=sys.stderr)
+        elif err.errno == errno.ENOSPC:
             print(
                 f"grpokit: error: the disk is full ({err}). Free some space or set output.dir to another disk; "
                 "what was already saved is intact, and grpokit train RECIPE --resume continues from the last "

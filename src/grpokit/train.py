@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from grpokit import cold_start, launch, report
+from grpokit import cold_start, disk, launch, report
 from grpokit.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankProbe
 from grpokit.checkpoints import (
     StopOnSignal,
@@ -269,9 +269,7 @@ def run_eval(
 
 def save_model(model: Any, tokenizer: Any, run_dir: Path, recipe: Recipe) -> Path:
     out = run_dir / ("adapter" if recipe.lora.enabled else "model")
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return disk.save_pretrained(model, tokenizer, out, f"the trained {out.name}")
 
 
 def write_summary(

@@ -19,6 +19,7 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
+from grpokit import disk
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import RolloutCopy, SamplingSettings, sample, wants_copy
 
@@ -121,9 +122,12 @@ class GrpoTrainer(GRPOTrainer):
         )
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
+        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+        # Free space checked first; a full disk mid-write removes the unfinished folder and says how to resume.
+        needed = disk.checkpoint_bytes(self.model, self.optimizer, folder.parent)
+        with disk.saving(folder, needed, f"GRPO {folder.name}"):
+            super()._save_checkpoint(model, trial)
         if self.args.should_save:  # the main process marks the checkpoint complete, last
-            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
             mark_complete(folder, self.state.global_step)
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
