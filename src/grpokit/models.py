@@ -128,9 +128,19 @@ def resolve_dtype(dtype: str) -> Any:
 
 def load_model(name: str, dtype: str = "auto", revision: str | None = None) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer, ready to train and to generate (left padding, pad token set)."""
+    path = resolve_model_path(name)
+    if path == name and not Path(name).expanduser().exists():  # a hub id: reachable, cached, or a plain error now
+        from grpokit import hub
+
+        try:
+            cached = hub.check_model(name, revision)
+        except hub.HubUnreachable as err:
+            raise ModelNotFoundError(str(err)) from None
+        if cached is not None:
+            log.info("the hub cannot be reached: loading %s from the cache, %s", name, cached)
+            path, revision = str(cached), None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=resolve_dtype(dtype))
     if tokenizer.pad_token is None:
