@@ -39,8 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--samples-per-problem", type=int, help="sampled completions per problem (default: max k)")
     ev.add_argument("--out", help="also write the result (JSON, with sample completions) here")
 
-    rep = sub.add_parser("report", help="write a run's report.html: curves, before/after, warnings, samples")
-    rep.add_argument("run_dir")
+    rep = sub.add_parser(
+        "report",
+        help="write a run's report.html; with several runs, one page comparing them; with none, list the runs",
+    )
+    rep.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
+    rep.add_argument("--out", help="where to write the comparison page (default: runs/compare-<time>.html)")
+    rep.add_argument("--runs-dir", default="runs", help="where to look for runs when none is given")
+
+    rs = sub.add_parser("runs", help="list runs with status, recipe, model and headline numbers")
+    rs.add_argument("folder", nargs="?", default="runs", help="a folder of runs (default: runs)")
 
     ex = sub.add_parser("export", help="merge a run's LoRA into its base model: a plain transformers folder")
     ex.add_argument("run_dir")
@@ -176,9 +184,24 @@ def eval_target(args: argparse.Namespace) -> tuple[Recipe, str | None]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if not args.run_dirs:
+        print("which run? grpokit report RUN_DIR (several to compare them); the runs:\n")
+        return cmd_runs(argparse.Namespace(folder=args.runs_dir))
+    if len(args.run_dirs) > 1:
+        from grpokit import compare
+
+        print(compare.main(args.run_dirs, args.out))
+        return 0
     from grpokit import report
 
-    print(report.main(args.run_dir))
+    print(report.main(args.run_dirs[0]))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from grpokit import runs
+
+    print(runs.format_runs(runs.list_runs(Path(args.folder))))
     return 0
 
 
@@ -264,6 +287,7 @@ COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
     "report": cmd_report,
+    "runs": cmd_runs,
     "tasks": cmd_tasks,
     "export": cmd_export,
     "chat": cmd_chat,

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from grpokit import cold_start, disk, launch, report
+from grpokit import cold_start, disk, launch, report, runs
 from grpokit.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankProbe
 from grpokit.checkpoints import (
     StopOnSignal,
@@ -63,6 +63,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         run_dir.mkdir(parents=True, exist_ok=True)
     else:
         run_dir, checkpoint = make_run_dir(recipe), None
+    if main_rank:
+        runs.mark_running(run_dir, recipe, resumed=checkpoint is not None)
     root = logging.getLogger()
     log_file = attach_log_file(run_dir / "train.log") if main_rank else logging.NullHandler()
     previous_level = root.level
@@ -158,7 +160,12 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         write_summary(run_dir, results, stages, task.notes(), launch.world_size())
         log.info("\n%s", format_table(results, stages))
         log.info("report: %s (open it in a browser; curves.png beside it)", report.main(run_dir))
+        runs.mark_finished(run_dir)
         return run_dir
+    except BaseException as err:
+        if main_rank:
+            runs.mark_stopped(run_dir, err)  # interrupted with a checkpoint, or failed with the error
+        raise
     finally:
         root.removeHandler(log_file)
         root.setLevel(previous_level)
