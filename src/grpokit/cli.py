@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import logging
 import os
 import sys
 from pathlib import Path
@@ -16,8 +15,14 @@ from grpokit.config import Recipe, RecipeError, apply_override, build_recipe, lo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpokit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    talk = argparse.ArgumentParser(add_help=False)
+    loud = talk.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet", help="warnings only")
+    loud.add_argument(
+        "-v", "--verbose", dest="verbosity", action="store_const", const="verbose", help="every library's output"
+    )
 
-    train = sub.add_parser("train", help="train a recipe: eval before, cold start, GRPO, eval after")
+    train = sub.add_parser("train", parents=[talk], help="train a recipe: eval before, cold start, GRPO, eval after")
     train.add_argument("recipe")
     train.add_argument("overrides", nargs="*", help="key.sub=value, e.g. grpo.max_steps=10")
     train.add_argument(
@@ -29,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     train.add_argument("--processes", type=int, help="data-parallel processes on this machine (torchrun; gloo on CPU)")
 
-    ev = sub.add_parser("eval", help="held-out accuracy, format rate, pass@k and maj@k of a run, recipe or model")
+    ev = sub.add_parser(
+        "eval", parents=[talk], help="held-out accuracy, format rate, pass@k and maj@k of a run, recipe or model"
+    )
     ev.add_argument("target", help="a recipe .yaml, a run directory, or a model: folder, hub id or 'embedded'")
     ev.add_argument("overrides", nargs="*", help="key.sub=value, e.g. eval.max_new_tokens=128")
     ev.add_argument("--model", help="model folder, hub id or run directory (default: the target's model)")
@@ -80,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
-    )
+    from grpokit import console
+
+    console.setup(getattr(args, "verbosity", None) or "normal")
     try:
         return COMMANDS[args.command](args)
     except OSError as err:

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from grpokit import console
 from grpokit.config import Recipe, default_report_to
 from grpokit.precision import trainer_precision
 from grpokit.tasks.base import Task, render_prompt
@@ -59,5 +60,6 @@ def run(model: Any, tokenizer: Any, task: Task, recipe: Recipe, out_dir: Path, c
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=callbacks or []
     )
+    console.adopt(trainer)  # grpokit's progress line instead of tqdm and metric dicts, when it is in callbacks
     trainer.train()
     return trainer.model

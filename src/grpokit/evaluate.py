@@ -142,6 +142,7 @@ def _generate(
             len(prompts),
             sum(lengths) / elapsed,
             elapsed / done * (len(prompts) - done),
+            extra={"live": True},  # rewritten in place on a terminal
         )
     return _Generations(completions, lengths, truncated, time.perf_counter() - start)
 

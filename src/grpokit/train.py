@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from grpokit import cold_start, disk, launch, report, runs
+from grpokit import cold_start, console, disk, launch, report, runs
 from grpokit.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankProbe
 from grpokit.checkpoints import (
     StopOnSignal,
@@ -101,7 +101,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         if recipe.cold_start.enabled and checkpoint is None:  # a GRPO checkpoint already holds its result
             t0 = time.perf_counter()
             metrics.stage = "cold_start"
-            model = cold_start.run(model, tokenizer, task, recipe, run_dir / "cold_start", [metrics.callback()])
+            stage_callbacks = [metrics.callback(), *console.callbacks("cold_start")]
+            model = cold_start.run(model, tokenizer, task, recipe, run_dir / "cold_start", stage_callbacks)
             stages["cold_start"] = time.perf_counter() - t0
             if main_rank:
                 save_model(model, tokenizer, run_dir / "cold_start", recipe)
@@ -130,11 +131,12 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             args=args,
             train_dataset=train_data,
             processing_class=tokenizer,
-            callbacks=[metrics.callback(), stop.callback(), *callbacks],
+            callbacks=[metrics.callback(), stop.callback(), *console.callbacks("grpo"), *callbacks],
             rollout_engine=recipe.rollout.engine,
             stop_texts=("</answer>",) if recipe.rollout.stop_at_answer else (),
             rollout_copy=recipe.rollout.merged_copy,
         )
+        console.adopt(trainer)
         if os.environ.get(PROBE_ENV):
             trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())
         if recipe.eval.every and main_rank:
