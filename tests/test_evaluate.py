@@ -111,3 +111,28 @@ def test_greedy_eval_of_a_lora_model_reads_as_transformers_generate(tiny_model_d
         truncated += tokenizer.eos_token_id not in new.tolist()
         expected.append([tokenizer.decode(new, skip_special_tokens=True)])
     assert got.completions == expected and got.truncated == truncated
+
+
+def test_a_hanging_or_raising_verifier_is_counted_not_waited_on(tiny_model_dir, monkeypatch):
+    import time
+
+    from grpokit.models import load_model
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    task = build_task("arithmetic")
+    problems = task.dataset("eval", 4)
+
+    def hangs(text, example):
+        time.sleep(60)
+        return 1.0
+
+    monkeypatch.setattr(task, "score", hangs)
+    started = time.perf_counter()
+    result = ev.evaluate(model, tokenizer, task, problems, max_new_tokens=4, score_timeout=0.2)
+    assert time.perf_counter() - started < 20  # three 0.2 s timeouts, then the verifier is given up on
+    assert result.score_errors == 4 and result.accuracy == 0.0
+    assert "TimeoutError" in result.score_error and "after 3 timeout(s)" in result.score_error
+
+    monkeypatch.setattr(task, "score", lambda text, example: 1 / 0)
+    result = ev.evaluate(model, tokenizer, task, problems, max_new_tokens=4)
+    assert result.score_errors == 4 and "ZeroDivisionError" in result.score_error

@@ -58,7 +58,11 @@ def test_trends_format_up_correctness_flat_and_length():
     assert "length_explosion" in feed(HealthMonitor(window=3, max_completion_length=128), growing)
 
 
-def test_at_most_once_per_condition_per_window():
+def test_at_most_once_per_condition_per_window_then_a_short_note():
     bad = {**HEALTHY, "entropy": 0.0}
-    conditions = feed(HealthMonitor(window=4), [bad] * 12)
+    monitor = HealthMonitor(window=4)
+    conditions = feed(monitor, [bad] * 12)
     assert conditions.count("entropy_collapse") == 3  # steps 4, 8 and 12
+    first, *later = [w for w in monitor.warnings if w.condition == "entropy_collapse"]
+    assert "Lower the learning rate" in first.message and not first.repeat
+    assert [w.message for w in later] == ["still: entropy 0.000 nats per token"] * 2 and all(w.repeat for w in later)

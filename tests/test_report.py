@@ -76,3 +76,29 @@ def test_the_page_renders_in_headless_chromium(run_dir, tmp_path):
     not_white = sum(1 for p in pixels if sum(p) < 720) / len(pixels)
     colours = len(set(pixels))
     assert not_white > 0.05 and colours > 50, (not_white, colours)  # text and coloured curves, not a blank page
+
+
+def make_sleepy(task):
+    """A reward factory (dotted path in the fake recipe) that hangs far past its timeout."""
+    import time
+
+    def sleepy(completion, example):
+        time.sleep(60)
+        return 1.0
+
+    return sleepy
+
+
+def test_a_hanging_reward_does_not_hang_the_report(tmp_path):
+    import time
+
+    from tests.fake_runs import make_run
+
+    rewards = [{"name": "format"}, {"name": "tests.test_report.make_sleepy", "timeout": 0.5}]
+    run = make_run(tmp_path, recipe={"rewards": rewards})
+    started = time.perf_counter()
+    page = report.main(run).read_text(encoding="utf-8")
+    assert time.perf_counter() - started < 15  # one 0.5 s timeout, then the reward is not called again
+    assert "tests.test_report.make_sleepy error" in page and "format 1.0" in page
+    assert re.search(r"scoring: tests\.test_report\.make_sleepy: 6 completion\(s\) not scored .*TimeoutError", page)
+    assert "stopped calling it after 1 timeout(s) of 0.5 s" in page

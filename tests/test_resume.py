@@ -10,6 +10,7 @@ from transformers import TrainerCallback
 from grpokit import train
 from grpokit.checkpoints import MARKER, TrainingInterrupted, complete_checkpoints
 from grpokit.config import RecipeError, build_recipe
+from grpokit.runs import read_status
 from tests.conftest import tiny_recipe
 
 
@@ -52,9 +53,12 @@ def test_resume_reproduces_the_straight_run(tiny_model_dir, tmp_path):
     (run_dir,) = (tmp_path / "halted" / "tiny").iterdir()
     assert [p.name for p in complete_checkpoints(run_dir / "grpo")] == ["checkpoint-2"]
     assert not (run_dir / "adapter").exists()
+    status = read_status(run_dir)
+    assert status["status"] == "interrupted" and status["checkpoint"].endswith("checkpoint-2")
 
     resumed = train.main(halted, resume=run_dir)
     assert resumed == run_dir
+    assert read_status(run_dir)["status"] == "finished" and read_status(run_dir)["resumed"] is True
     a, b = adapter_weights(straight), adapter_weights(resumed)
     assert a.keys() == b.keys()
     for name in a:

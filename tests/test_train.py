@@ -80,8 +80,10 @@ def test_run_directory_holds_what_it_promises(tiny_model_dir, tmp_path, length_r
         "cold_start/adapter/adapter_config.json",
         "curves.png",
         "report.html",
+        "status.json",
     ]:
         assert (run_dir / name).is_file(), name
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"
     # TensorBoard by default, both stages.
     for stage in ("grpo", "cold_start"):
         assert list((run_dir / stage).glob("runs/*/events.out.tfevents.*")), stage

@@ -170,6 +170,7 @@ class MetricsLog:
                     rate,
                     eta / 60,
                     " ".join(f"{k}={v:.3g}" for k, v in shown.items()),
+                    extra={"console": False},  # train.log; the console shows grpokit.console's progress line
                 )
 
         return _Callback()

@@ -55,9 +55,10 @@ def checkpoint_step(path: Path) -> int:
 
 
 def latest_resumable_run(base: Path) -> Path | None:
-    """The newest run directory under `base` holding a complete GRPO checkpoint."""
-    runs = sorted((p for p in base.iterdir() if p.is_dir()), reverse=True) if base.is_dir() else []
-    return next((run for run in runs if complete_checkpoints(run / "grpo")), None)
+    """The newest run directory under `base` that did not fail and holds a complete GRPO checkpoint."""
+    from grpokit.runs import newest
+
+    return newest(base, lambda run: bool(complete_checkpoints(run / "grpo")))
 
 
 def truncate_metrics(path: Path, stage: str, after_step: int) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import logging
 import os
 import sys
 from pathlib import Path
@@ -16,8 +15,14 @@ from grpokit.config import Recipe, RecipeError, apply_override, build_recipe, lo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpokit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    talk = argparse.ArgumentParser(add_help=False)
+    loud = talk.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet", help="warnings only")
+    loud.add_argument(
+        "-v", "--verbose", dest="verbosity", action="store_const", const="verbose", help="every library's output"
+    )
 
-    train = sub.add_parser("train", help="train a recipe: eval before, cold start, GRPO, eval after")
+    train = sub.add_parser("train", parents=[talk], help="train a recipe: eval before, cold start, GRPO, eval after")
     train.add_argument("recipe")
     train.add_argument("overrides", nargs="*", help="key.sub=value, e.g. grpo.max_steps=10")
     train.add_argument(
@@ -29,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     train.add_argument("--processes", type=int, help="data-parallel processes on this machine (torchrun; gloo on CPU)")
 
-    ev = sub.add_parser("eval", help="held-out accuracy, format rate, pass@k and maj@k of a run, recipe or model")
+    ev = sub.add_parser(
+        "eval", parents=[talk], help="held-out accuracy, format rate, pass@k and maj@k of a run, recipe or model"
+    )
     ev.add_argument("target", help="a recipe .yaml, a run directory, or a model: folder, hub id or 'embedded'")
     ev.add_argument("overrides", nargs="*", help="key.sub=value, e.g. eval.max_new_tokens=128")
     ev.add_argument("--model", help="model folder, hub id or run directory (default: the target's model)")
@@ -39,8 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--samples-per-problem", type=int, help="sampled completions per problem (default: max k)")
     ev.add_argument("--out", help="also write the result (JSON, with sample completions) here")
 
-    rep = sub.add_parser("report", help="write a run's report.html: curves, before/after, warnings, samples")
-    rep.add_argument("run_dir")
+    rep = sub.add_parser(
+        "report",
+        help="write a run's report.html; with several runs, one page comparing them; with none, list the runs",
+    )
+    rep.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
+    rep.add_argument("--out", help="where to write the comparison page (default: runs/compare-<time>.html)")
+    rep.add_argument("--runs-dir", default="runs", help="where to look for runs when none is given")
+
+    rs = sub.add_parser("runs", help="list runs with status, recipe, model and headline numbers")
+    rs.add_argument("folder", nargs="?", default="runs", help="a folder of runs (default: runs)")
 
     ex = sub.add_parser("export", help="merge a run's LoRA into its base model: a plain transformers folder")
     ex.add_argument("run_dir")
@@ -72,13 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
-    )
+    from grpokit import console
+
+    console.setup(getattr(args, "verbosity", None) or "normal")
     try:
         return COMMANDS[args.command](args)
     except OSError as err:
-        if err.errno == errno.ENOSPC:
+        from grpokit.disk import DiskFullError
+
+        if isinstance(err, DiskFullError):  # its message already names the folder, the sizes and the resume
+            print(f"grpokit: error: {err}", file=sys.stderr)
+        elif err.errno == errno.ENOSPC:
             print(
                 f"grpokit: error: the disk is full ({err}). Free some space or set output.dir to another disk; "
                 "what was already saved is intact, and grpokit train RECIPE --resume continues from the last "
@@ -172,9 +191,24 @@ def eval_target(args: argparse.Namespace) -> tuple[Recipe, str | None]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if not args.run_dirs:
+        print("which run? grpokit report RUN_DIR (several to compare them); the runs:\n")
+        return cmd_runs(argparse.Namespace(folder=args.runs_dir))
+    if len(args.run_dirs) > 1:
+        from grpokit import compare
+
+        print(compare.main(args.run_dirs, args.out))
+        return 0
     from grpokit import report
 
-    print(report.main(args.run_dir))
+    print(report.main(args.run_dirs[0]))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from grpokit import runs
+
+    print(runs.format_runs(runs.list_runs(Path(args.folder))))
     return 0
 
 
@@ -260,6 +294,7 @@ COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
     "report": cmd_report,
+    "runs": cmd_runs,
     "tasks": cmd_tasks,
     "export": cmd_export,
     "chat": cmd_chat,

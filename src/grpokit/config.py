@@ -239,7 +239,7 @@ class EvalSection:
 class OutputSection:
     # Each run gets its own directory: {dir}/{name}/{timestamp}; nothing is ever overwritten.
     dir: str = "runs"
-    name: str | None = None  # None: the recipe file's name
+    name: str | None = None  # None: the recipe's folder and file name, e.g. smollm2/arithmetic_grpo
     # GRPO checkpoints (adapter or model, optimizer, scheduler, RNG, data position) every N steps, keeping
     # the last `keep`; 0 turns them off (Ctrl-C and SIGTERM still save one). `--resume` continues.
     save_every: int = 10
@@ -422,7 +422,9 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         apply_override(raw, override)
     recipe = build_recipe(raw, source=str(path))
     if recipe.output.name is None:
-        recipe.output.name = path.stem
+        from grpokit.runs import default_name
+
+        recipe.output.name = default_name(path)  # its folder too: same file names in two folders never mix
     return recipe
 
 

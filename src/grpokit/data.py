@@ -7,6 +7,7 @@ are read directly (no cache directory, exact line numbers).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 from pathlib import Path
@@ -76,8 +77,17 @@ def load_split(source: str, split: str, subset: str | None = None) -> list[Recor
     """One split of a hub dataset id or a local dataset folder, through `datasets.load_dataset`."""
     import datasets
 
+    from grpokit import hub
+
+    cache_only = False
+    if not Path(source).expanduser().exists():  # a hub id: cached, reachable, or a plain error now
+        try:
+            cache_only = hub.check_dataset(source)
+        except hub.HubUnreachable as err:
+            raise ValueError(str(err)) from None
     try:
-        data = datasets.load_dataset(source, subset, split=split)
+        with hub.datasets_offline() if cache_only else contextlib.nullcontext():
+            data = datasets.load_dataset(source, subset, split=split)
     except Exception as err:  # network, missing repo, unknown split: all end the same way for a user
         raise ValueError(
             f"could not load split {split!r} of dataset {source!r}"

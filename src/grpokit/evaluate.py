@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpokit.guarded import Guarded
 from grpokit.parsing import extract_answer, is_strict_format, normalize_completion
+from grpokit.rewards import DEFAULT_TIMEOUT_S
 from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled, tokenize_prompts
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,9 @@ class EvalResult:
     pass_at_k: dict[str, float] = field(default_factory=dict)
     maj_at_k: dict[str, float] = field(default_factory=dict)
     sampled_format_rate: float | None = None
+    # Completions task.score failed on (raised, ran past its timeout): scored wrong, counted, and the first error.
+    score_errors: int = 0
+    score_error: str | None = None
 
     def metrics(self) -> dict[str, float]:
         out = {
@@ -137,6 +142,7 @@ def _generate(
             len(prompts),
             sum(lengths) / elapsed,
             elapsed / done * (len(prompts) - done),
+            extra={"live": True},  # rewritten in place on a terminal
         )
     return _Generations(completions, lengths, truncated, time.perf_counter() - start)
 
@@ -157,11 +163,14 @@ def evaluate(
     temperature: float = 1.0,
     stop_texts: tuple[str, ...] = (),
     chat_template_kwargs: dict[str, Any] | None = None,
+    score_timeout: float | None = DEFAULT_TIMEOUT_S,
 ) -> EvalResult:
     """Greedy-decode every example once and score it with `task.score`; optionally sample for pass@k.
 
     `stop_texts` end a completion as they end a training rollout (`rollout.stop_at_answer`), so the
-    model is evaluated on the completions it is trained on.
+    model is evaluated on the completions it is trained on. `task.score` runs under the training
+    rewards' isolation (`grpokit.guarded`): a completion it fails on or that takes longer than
+    `score_timeout` seconds scores 0 and is counted in `score_errors`.
     """
     prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt), chat_template_kwargs) for ex in examples]
     prefilled = think_prefilled(prompts[0]) if prompts else False
@@ -195,7 +204,8 @@ def evaluate(
 
     completions = [c[0] for c in greedy.completions]
     texts = [normalize_completion(c, prefilled) for c in completions]
-    correct = [task.score(t, ex) for t, ex in zip(texts, examples, strict=True)]
+    score = Guarded(f"{task.name} score", task.score, score_timeout, give_up_after=3)
+    correct = [score(t, ex) or 0.0 for t, ex in zip(texts, examples, strict=True)]
     formatted = [is_strict_format(t) for t in texts]
     n = max(len(examples), 1)
     kept = [
@@ -215,13 +225,16 @@ def evaluate(
         samples=kept[:samples],
     )
     if sampled is not None:
-        _add_sampled(result, task, examples, sampled, prefilled, samples_per_problem, k, temperature)
+        _add_sampled(result, score, examples, sampled, prefilled, samples_per_problem, k, temperature)
+    result.score_errors, result.score_error = score.errors, score.summary()
+    if score.errors:
+        log.warning("%s: %s; they count as wrong", label, result.score_error)
     return result
 
 
 def _add_sampled(
     result: EvalResult,
-    task: Task,
+    score: Guarded,
     examples: list[Example],
     sampled: _Generations,
     prefilled: bool,
@@ -232,7 +245,7 @@ def _add_sampled(
     scores, answers, formats = [], [], 0
     for group, ex in zip(sampled.completions, examples, strict=True):
         texts = [normalize_completion(c, prefilled) for c in group]
-        scores.append([task.score(t, ex) for t in texts])
+        scores.append([score(t, ex) or 0.0 for t in texts])
         answers.append([extract_answer(t) for t in texts])
         formats += sum(is_strict_format(t) for t in texts)
     n = max(len(examples), 1)
@@ -288,6 +301,7 @@ def evaluate_recipe(
         temperature=recipe.eval.temperature,
         stop_texts=stop_texts(recipe),
         chat_template_kwargs=recipe.chat_template_kwargs,
+        score_timeout=max((spec.timeout for spec in recipe.rewards), default=DEFAULT_TIMEOUT_S) or None,
     )
 
 

@@ -1,8 +1,10 @@
 """Run-health warnings: read GRPO's logged metrics and say in plain words what looks wrong, and the fix.
 
 Each condition is judged on the mean of the last `window` logged GRPO steps and warned about at most
-once per window (it may warn again `window` steps later if it still holds). Warnings go to the log
-and, one JSON line each, to `warnings.jsonl` in the run directory, where the report reads them.
+once per window. The first warning of a condition says its whole sentence (what, why, the fix); a
+condition that still holds `window` steps later gets a short note with the new figure ("still: entropy
+0.012 nats per token"). Warnings go to the log and, one JSON line each, to `warnings.jsonl` in the run
+directory, where the report reads them.
 
 >>> monitor = HealthMonitor(window=2)
 >>> for step in (1, 2):
@@ -27,7 +29,8 @@ log = logging.getLogger(__name__)
 class HealthWarning:
     step: int
     condition: str
-    message: str
+    message: str  # the whole sentence the first time, "still: <figure>" after
+    repeat: bool = False
 
 
 class HealthMonitor:
@@ -47,15 +50,15 @@ class HealthMonitor:
         """Take one logged GRPO step; return the warnings it raises (also logged and saved)."""
         self.history.append({k: float(v) for k, v in logs.items() if isinstance(v, int | float)})
         self.steps_seen += 1
-        found = [self._warn(step, cond, msg) for cond, msg in self._errors(logs) if self._due(step, cond)]
+        found = [self._warn(step, *found) for found in self._errors(logs) if self._due(step, found[0])]
         if len(self.history) < self.window:
             return found
         now = self._mean_window()
         if self.first is None:
             self.first = now
-        for condition, message in self._judge(now, self.first):
+        for condition, message, figure in self._judge(now, self.first):
             if self._due(step, condition):
-                found.append(self._warn(step, condition, message))
+                found.append(self._warn(step, condition, message, figure))
         return found
 
     def _mean_window(self) -> dict[str, float]:
@@ -82,6 +85,7 @@ class HealthMonitor:
                 "no_signal",
                 f"{100 * zero_std:.0f}% of groups had identical rewards over the last {w} steps, so they carry no "
                 f"learning signal; {why}, or sample more completions per prompt (grpo.num_generations).",
+                f"{100 * zero_std:.0f}% of groups had identical rewards",
             )
         fmt_now, fmt_first = _find(now, "format"), _find(first, "format")
         corr_first = _find(first, "correctness")
@@ -92,6 +96,7 @@ class HealthMonitor:
                 f"the format reward rose from {fmt_first:.2f} to {fmt_now:.2f} while correctness stayed at "
                 f"{correct:.2f}: the model learns the tags, not the task. Give correctness more weight, make the "
                 "task easier, or check that the verifier accepts right answers (grpokit rewards check RECIPE).",
+                f"format reward {fmt_now:.2f}, correctness {correct:.2f}",
             )
         clipped = now.get("completions/clipped_ratio")
         if clipped is not None and clipped >= 0.5:
@@ -100,6 +105,7 @@ class HealthMonitor:
                 f"{100 * clipped:.0f}% of completions hit grpo.max_completion_length over the last {w} steps: "
                 "answers are cut off before </answer>. Raise max_completion_length, or discourage rambling with "
                 "the overlong_penalty reward.",
+                f"{100 * clipped:.0f}% of completions truncated",
             )
         length, length_first = now.get("completions/mean_length"), first.get("completions/mean_length")
         if length is not None and length_first:
@@ -109,6 +115,7 @@ class HealthMonitor:
                     f"mean completion length fell from {length_first:.0f} to {length:.0f} tokens: the model stopped "
                     "reasoning (often a length reward or a format reward that pays empty thoughts). Check the "
                     "rewards with grpokit rewards check, or lower the learning rate.",
+                    f"mean completion length {length:.0f} tokens",
                 )
             limit = self.max_completion_length
             if length > 2.5 * length_first and (limit is None or length > 0.8 * limit):
@@ -116,6 +123,7 @@ class HealthMonitor:
                     "length_explosion",
                     f"mean completion length grew from {length_first:.0f} to {length:.0f} tokens: expect truncation "
                     "and slow steps. Add overlong_penalty or length_cosine, or lower the learning rate.",
+                    f"mean completion length {length:.0f} tokens",
                 )
         entropy = now.get("entropy")
         if entropy is not None and entropy < 0.05:
@@ -124,6 +132,7 @@ class HealthMonitor:
                 f"policy entropy is {entropy:.3f} nats per token: sampling has become nearly deterministic, so the "
                 "group's completions agree and learning stops. Lower the learning rate, raise grpo.temperature, or "
                 "add a KL penalty (grpo.beta).",
+                f"entropy {entropy:.3f} nats per token",
             )
         kl, kl_first = now.get("kl"), first.get("kl")
         if kl is not None and (kl > 1.0 or (kl_first is not None and kl_first > 0 and kl > 10 * kl_first > 0.05)):
@@ -131,6 +140,7 @@ class HealthMonitor:
                 "kl_growth",
                 f"KL to the reference model is {kl:.3f} (it was {kl_first or 0:.3f}): the policy is moving fast "
                 "and may be exploiting a reward. Lower the learning rate or raise grpo.beta.",
+                f"KL {kl:.3f}",
             )
 
     def _errors(self, logs: dict[str, float]):
@@ -141,17 +151,19 @@ class HealthMonitor:
                     f"reward_errors:{name}",
                     f"reward {name!r} failed on {value:g} completion(s) this step (they scored 0); see "
                     "reward_errors.jsonl in the run directory for an example.",
+                    f"reward {name!r} failed on {value:g} completion(s)",
                 )
 
     def _due(self, step: int, condition: str) -> bool:
         last = self.last_warned.get(condition)
         return last is None or step - last >= self.window
 
-    def _warn(self, step: int, condition: str, message: str) -> HealthWarning:
+    def _warn(self, step: int, condition: str, message: str, figure: str) -> HealthWarning:
+        repeat = condition in self.last_warned
         self.last_warned[condition] = step
-        warning = HealthWarning(step, condition, message)
+        warning = HealthWarning(step, condition, f"still: {figure}" if repeat else message, repeat)
         self.warnings.append(warning)
-        log.warning("run health (step %d): %s", step, message)
+        log.warning("run health (step %d): %s", step, warning.message)
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(asdict(warning)) + "\n")

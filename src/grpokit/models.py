@@ -140,9 +140,19 @@ def load_model(
     """Load a causal LM and its tokenizer, ready to train and to generate (left padding, pad token set).
 
     `full_finetune`: every weight will train (see `resolve_dtype`)."""
+    path = resolve_model_path(name)
+    if path == name and not Path(name).expanduser().exists():  # a hub id: reachable, cached, or a plain error now
+        from grpokit import hub
+
+        try:
+            cached = hub.check_model(name, revision)
+        except hub.HubUnreachable as err:
+            raise ModelNotFoundError(str(err)) from None
+        if cached is not None:
+            log.info("the hub cannot be reached: loading %s from the cache, %s", name, cached)
+            path, revision = str(cached), None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     torch_dtype = resolve_dtype(dtype, full_finetune)
     if full_finetune and dtype in ("bfloat16", "float16"):

@@ -137,3 +137,20 @@ def _metric(result: dict[str, Any], key: str) -> float:
     if key.startswith("pass@"):
         return result.get("pass_at_k", {}).get(key.removeprefix("pass@"), 0.0)
     return result.get(key, 0.0)
+
+
+def compare(
+    series: list[tuple[str, list[float], list[float]]], title: str, xlabel: str, ylabel: str, percent: bool = False
+) -> bytes | None:
+    """One line per run on shared axes: (label, xs, ys) each; None when no run has a point."""
+    series = [(label, xs, ys) for label, xs, ys in series if xs]
+    if not series:
+        return None
+    plt, fig, ax = _figure()
+    for label, xs, ys in series:
+        ax.plot(xs, [100 * y for y in ys] if percent else ys, marker="." if len(xs) > 12 else "o", label=label)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if percent:
+        ax.set_ylim(-3, 105)
+    ax.legend(fontsize=8)
+    return _png(plt, fig)

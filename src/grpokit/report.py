@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit import plots
+from grpokit.guarded import Guarded
 
 log = logging.getLogger(__name__)
 SAMPLE_PROMPTS = 4  # prompts followed across checkpoints
@@ -75,7 +76,11 @@ def main(run_dir: str | Path) -> Path:
     }
     _write_curves_png(run_dir, pictures)
     warnings = [json.loads(line) for line in _lines(run_dir / "warnings.jsonl")]
-    page = _page(run_dir, recipe, summary, evals, pictures, warnings, _samples(run_dir, recipe))
+    scorers = _scorers(run_dir)
+    samples = _samples(run_dir, recipe, scorers)
+    problems = [s for s in (g.summary() for g in scorers) if s]
+    problems += [f"eval {label}: {r['score_error']}" for label, r in evals.items() if r.get("score_errors")]
+    page = _page(run_dir, recipe, summary, evals, pictures, warnings, samples, problems)
     out = run_dir / "report.html"
     out.write_text(page, encoding="utf-8")
     return out
@@ -110,9 +115,12 @@ def _read_json_yaml(path: Path) -> dict[str, Any]:
     return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
 
 
-def _samples(run_dir: Path, recipe: dict[str, Any]) -> list[dict[str, Any]]:
-    """The first held-out prompts, each with its completion and per-reward scores at every checkpoint."""
-    scorers = _scorers(run_dir)
+def _samples(run_dir: Path, recipe: dict[str, Any], scorers: list[Guarded] | None = None) -> list[dict[str, Any]]:
+    """The first held-out prompts, each with its completion and per-reward scores at every checkpoint.
+
+    Rewards are called through `Guarded`, as in training: one that raises or hangs is counted, not waited on.
+    """
+    scorers = _scorers(run_dir) if scorers is None else scorers
     rows: dict[str, dict[str, Any]] = {}
     for label, result in checkpoints(run_dir):
         for sample in result.get("samples", []):
@@ -121,17 +129,15 @@ def _samples(run_dir: Path, recipe: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
             row = rows.setdefault(question, {"question": question, "answer": sample.get("answer"), "at": []})
             scores = {"correct": float(sample.get("correct", 0)), "format": float(sample.get("format", 0))}
-            for name, score in scorers:
-                try:
-                    scores[name] = score(sample["completion"], sample)
-                except Exception as err:  # a report never fails on one sample
-                    scores[name] = f"error: {type(err).__name__}"
+            for score in scorers:
+                value = score(sample["completion"], sample)
+                scores[score.name] = "error" if value is None else round(value, 3)
             row["at"].append({"label": label, "completion": sample["completion"], "scores": scores})
     return list(rows.values())
 
 
-def _scorers(run_dir: Path) -> list[tuple[str, Any]]:
-    """The run's rewards, rebuilt from its recipe.yaml; none if the recipe or task cannot be rebuilt."""
+def _scorers(run_dir: Path) -> list[Guarded]:
+    """The run's rewards, rebuilt from its recipe.yaml with their timeouts; none if they cannot be rebuilt."""
     try:
         from grpokit.config import load_recipe
         from grpokit.parsing import normalize_completion
@@ -144,7 +150,11 @@ def _scorers(run_dir: Path) -> list[tuple[str, Any]]:
         for spec in recipe.rewards:
             reward = make_reward(spec.name, task, spec.params)
             out.append(
-                (spec.name, lambda text, row, reward=reward: round(float(reward(normalize_completion(text), row)), 3))
+                Guarded(
+                    spec.name,
+                    lambda text, row, reward=reward: reward(normalize_completion(text), row),
+                    spec.timeout or None,
+                )
             )
         return out
     except Exception as err:  # the report still shows what was saved
@@ -171,6 +181,7 @@ def _page(
     pictures: dict[str, bytes | None],
     warnings: list[dict[str, Any]],
     samples: list[dict[str, Any]],
+    scoring_problems: list[str] | None = None,
 ) -> str:
     e = html.escape
     model = (recipe.get("model") or {}).get("name", "?")
@@ -197,6 +208,8 @@ def _page(
             data = base64.b64encode(png).decode("ascii")
             parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' src='data:image/png;base64,{data}'>")
     parts.append("<h2>Sample completions, same prompts at each checkpoint</h2>")
+    for problem in scoring_problems or []:  # a reward or verifier that raised or hung while scoring
+        parts.append(f"<div class='warn'>scoring: {e(problem)}</div>")
     if not samples:
         parts.append("<p class='muted'>No saved samples.</p>")
     for sample in samples:

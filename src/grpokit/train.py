@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from grpokit import cold_start, launch, report
+from grpokit import cold_start, console, disk, launch, report, runs
 from grpokit.callbacks import MetricsLog
 from grpokit.checkpoints import (
     StopOnSignal,
@@ -67,6 +67,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         run_dir.mkdir(parents=True, exist_ok=True)
     else:
         run_dir, records, checkpoint = make_run_dir(recipe), [], None
+    if main_rank:
+        runs.mark_running(run_dir, recipe, resumed=bool(resume))
     root = logging.getLogger()
     log_file = attach_log_file(run_dir / "train.log") if main_rank else logging.NullHandler()
     previous_level = root.level
@@ -127,7 +129,12 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         write_summary(run_dir, records, time.perf_counter() - started, task.notes(), launch.world_size())
         log.info("\n%s", format_table(records))
         log.info("report: %s (open it in a browser; curves.png beside it)", report.main(run_dir))
+        runs.mark_finished(run_dir)
         return run_dir
+    except BaseException as err:
+        if main_rank:
+            runs.mark_stopped(run_dir, err)  # interrupted with a checkpoint, or failed with the error
+        raise
     finally:
         root.removeHandler(log_file)
         root.setLevel(previous_level)
@@ -151,12 +158,16 @@ def run_stage(
     seen = stage_recipe(recipe, stage)
     metrics.stage, metrics.health = stage.name, None
     stop = StopOnSignal()
+    shown = console.callbacks(stage.name)  # the stage's progress line, when a console is set up
     if stage.kind == "sft":
         trainer = cold_start.build_trainer(
-            model, tokenizer, seen, run_dir / stage.name, [metrics.callback(), stop.callback()]
+            model, tokenizer, seen, run_dir / stage.name, [metrics.callback(), stop.callback(), *shown]
         )
     else:
-        trainer = build_trainer(stage.name, model, tokenizer, seen, run_dir, eval_set, metrics, stop, callbacks)
+        trainer = build_trainer(
+            stage.name, model, tokenizer, seen, run_dir, eval_set, metrics, stop, [*shown, *callbacks]
+        )
+    console.adopt(trainer)
     log.info("stage %s (%s): %d steps", stage.name, stage.kind, trainer.args.max_steps)
     if checkpoint is not None and checkpoint_step(checkpoint) >= trainer.args.max_steps:
         # Stopped after its last step, before its evaluation: the checkpoint is the stage's result
@@ -338,9 +349,7 @@ def run_eval(
 
 def save_model(model: Any, tokenizer: Any, run_dir: Path, recipe: Recipe) -> Path:
     out = run_dir / ("adapter" if recipe.lora.enabled else "model")
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return disk.save_pretrained(model, tokenizer, out, f"the trained {out.name}")
 
 
 def write_summary(

@@ -23,6 +23,7 @@ from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
+from grpokit import disk
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, unsupported_settings, wants_copy
 from grpokit.schedules import AdaptiveWeights, Curriculum, extra_prompt_rows, fill_batch
@@ -168,9 +169,12 @@ class GrpoTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
+        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+        # Free space checked first; a full disk mid-write removes the unfinished folder and says how to resume.
+        needed = disk.checkpoint_bytes(self.model, self.optimizer, folder.parent)
+        with disk.saving(folder, needed, f"GRPO {folder.name}"):
+            super()._save_checkpoint(model, trial)
         if self.args.should_save:  # the main process marks the checkpoint complete, last
-            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
             (folder / SCHEDULES_FILE).write_text(json.dumps(self._schedule_state()), encoding="utf-8")
             mark_complete(folder, self.state.global_step)
 

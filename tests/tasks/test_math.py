@@ -132,7 +132,7 @@ def test_bad_sources_fail_clearly(params, message):
 def test_a_hub_source_loads_on_first_use_and_fails_clearly_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     task = build_task("math", {"source": "no/such-dataset-offline"})  # validating a recipe downloads nothing
-    with pytest.raises(ValueError, match="could not load split 'train' of dataset 'no/such-dataset-offline'"):
+    with pytest.raises(ValueError, match="data set 'no/such-dataset-offline' is not in the local cache"):
         task.example("eval", 0)
 
 
