@@ -50,6 +50,17 @@ def test_stages_run_in_order_each_with_its_own_rewards_and_evaluation(tiny_model
     recipe = json.loads(json.dumps(build_recipe(staged(tiny_model_dir, tmp_path)).to_dict()))
     assert recipe["stages"][1]["task_params"] == {"max_value": 5}
     assert not (run_dir / "adapter" / "ref").exists()  # TRL's reference copy is not part of the result
+    # The report lays the stages on one axis: GRPO steps count on across the two GRPO stages.
+    from grpokit.report import timeline
+
+    assert [(x, label) for x, label, _ in timeline(run_dir)] == [
+        (0, "before"),
+        (0, "warmup"),
+        (2, "format"),
+        (4, "answers"),
+    ]
+    page = (run_dir / "report.html").read_text()
+    assert all(f"<td>{name}</td>" in page for name in ("warmup", "format", "answers")) and "GRPO added" in page
 
 
 @pytest.mark.parametrize("at", [1, 2])  # mid-stage, and after its last step before its evaluation

@@ -47,7 +47,7 @@ def rewards(grpo: list[Row]) -> bytes | None:
 
 
 def eval_over_steps(points: list[tuple[float, str, dict[str, float]]]) -> bytes | None:
-    """Held-out greedy accuracy and format rate: before, after the cold start, every eval.every, after."""
+    """Held-out greedy accuracy and format rate: before, after each stage, and every eval.every GRPO steps."""
     if not points:
         return None
     plt, fig, ax = _figure()
@@ -55,7 +55,7 @@ def eval_over_steps(points: list[tuple[float, str, dict[str, float]]]) -> bytes 
     for key, label in (("accuracy", "accuracy"), ("format_rate", "format rate")):
         ax.plot(xs, [100 * m[key] for _, _, m in points], marker="o", label=label)
     for x, name, m in points:
-        if name in ("before", "cold_start", "after"):
+        if " step " not in name:  # a stage's own evaluation: before, warm-up, each GRPO stage
             ax.annotate(
                 name.replace("_", " "),
                 (x, 100 * m["accuracy"]),

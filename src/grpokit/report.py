@@ -36,17 +36,61 @@ def _read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(label, saved EvalResult) in training order: before, cold start, each step, after."""
+def stage_list(run_dir: Path, summary: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The run's stages in order, `before` first ({name, kind, ...}): summary.json's `stages`, or for
+    runs older than stages (and unfinished ones) stages.json, else before / cold start / after."""
+    summary = _read_json(run_dir / "summary.json") if summary is None else summary
+    rows = (summary or {}).get("stages") or _read_json(run_dir / "stages.json")
+    if rows:
+        return rows
+    rows = [{"name": "before", "kind": "eval"}]
+    if (run_dir / "eval_cold_start.json").is_file():
+        rows.append({"name": "cold_start", "kind": "sft"})
+    return [*rows, {"name": "after", "kind": "grpo"}]
+
+
+def _periodic(run_dir: Path, stage: str) -> list[tuple[int, dict[str, Any]]]:
+    """A GRPO stage's evaluations every eval.every steps: (step, result)."""
+    pattern = "step_*.json" if stage in ("grpo", "after") else f"{stage}-step_*.json"
     found = []
-    for label in ("before", "cold_start"):
-        if (result := _read_json(run_dir / f"eval_{label}.json")) is not None:
-            found.append((label, result))
-    for path in sorted((run_dir / "evals").glob("step_*.json")):
-        found.append((f"step {int(path.stem.removeprefix('step_'))}", _read_json(path)))
-    if (result := _read_json(run_dir / "eval_after.json")) is not None:
-        found.append(("after", result))
+    for path in sorted((run_dir / "evals").glob(pattern)):
+        found.append((int(path.stem.rsplit("step_", 1)[1]), _read_json(path)))
     return found
+
+
+def timeline(run_dir: Path, metrics: list[dict[str, Any]] | None = None) -> list[tuple[float, str, dict[str, Any]]]:
+    """(GRPO step, label, saved EvalResult) in training order: before, each stage's evaluations (every
+    eval.every steps and at its end). GRPO steps count on across stages; an sft stage sits where it ran."""
+    metrics = load_metrics(run_dir) if metrics is None else metrics
+    found, offset = [], 0
+    for stage in stage_list(run_dir):
+        name = stage["name"]
+        if stage["kind"] == "grpo":
+            for step, result in _periodic(run_dir, name):
+                found.append((offset + step, f"{name} step {step}", result))
+            steps = [row["step"] for row in metrics if row.get("stage") == ("grpo" if name == "after" else name)]
+            offset += max(steps, default=0)
+        if (result := _read_json(run_dir / f"eval_{name}.json")) is not None:
+            found.append((offset, name, result))
+    return found
+
+
+def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(label, saved EvalResult) in training order: before, each stage's evaluations, the last one last."""
+    return [(label, result) for _, label, result in timeline(run_dir)]
+
+
+def grpo_rows(metrics: list[dict[str, Any]], stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every GRPO stage's logged steps, `step` counted on across stages (the first stage's own steps)."""
+    out, offset = [], 0
+    for stage in stages:
+        if stage["kind"] != "grpo":
+            continue
+        name = "grpo" if stage["name"] == "after" else stage["name"]
+        rows = [row for row in metrics if row.get("stage") == name and "reward" in row]
+        out += [{**row, "step": offset + row["step"]} for row in rows]
+        offset += max((row["step"] for row in rows), default=0)
+    return out
 
 
 def main(run_dir: str | Path) -> Path:
@@ -56,23 +100,20 @@ def main(run_dir: str | Path) -> Path:
     if summary is None:
         raise FileNotFoundError(f"{run_dir} has no summary.json: it is not a finished grpokit run directory")
     metrics = load_metrics(run_dir)
-    grpo = [row for row in metrics if row.get("stage") == "grpo" and "reward" in row]
-    cold = [row for row in metrics if row.get("stage") == "cold_start"]
+    stages = stage_list(run_dir, summary)
+    grpo = grpo_rows(metrics, stages)
+    sft_names = {stage["name"] for stage in stages if stage["kind"] == "sft"}
+    cold = [row for row in metrics if row.get("stage") in sft_names]
     recipe = _read_json_yaml(run_dir / "recipe.yaml")
     limit = (recipe.get("grpo") or {}).get("max_completion_length")
-    evals = {label: result for label, result in checkpoints(run_dir) if not label.startswith("step")}
-    last_step = max((row["step"] for row in grpo), default=0)
-
-    points = []
-    for label, result in checkpoints(run_dir):
-        x = last_step if label == "after" else 0 if label in ("before", "cold_start") else int(label.split()[1])
-        points.append((x, label, result))
+    points = timeline(run_dir, metrics)
+    evals = {label: result for _, label, result in points if " step " not in label}
     pictures = {
         "Rewards": plots.rewards(grpo),
         "Held-out accuracy over training": plots.eval_over_steps(points),
         "Before and after": plots.before_after(evals),
         "Completion length": plots.lengths(grpo, limit),
-        "Cold start": plots.cold_start_loss(cold),
+        "Warm-up (sft) loss": plots.cold_start_loss(cold),
     }
     _write_curves_png(run_dir, pictures)
     warnings = [json.loads(line) for line in _lines(run_dir / "warnings.jsonl")]
@@ -194,7 +235,8 @@ def _page(
         f"<p>model <b>{e(str(model))}</b>, task <b>{e(str(task))}</b>, "
         f"wall time {seconds.get('total', 0) / 60:.1f} min</p>",
         "<h2>Before and after</h2>",
-        _results_table(evals),
+        _gain_line(summary),
+        _results_table(evals, summary.get("stages")),
     ]
     for note in summary.get("data_notes", []):
         parts.append(f"<div class='warn'>data: {e(note)}</div>")
@@ -222,19 +264,33 @@ def _page(
     return "\n".join(parts)
 
 
-def _results_table(evals: dict[str, dict[str, Any]]) -> str:
+def _results_table(evals: dict[str, dict[str, Any]], stages: list[dict[str, Any]] | None = None) -> str:
+    """One row per stage's evaluation; with the run's stage list, its kind, minutes and each GRPO stage's
+    gain over the evaluation before it."""
     if not evals:
         return "<p class='muted'>No evaluations saved.</p>"
+    info = {row["name"]: row for row in stages or []}
     ks = sorted({k for r in evals.values() for k in r.get("pass_at_k", {})}, key=int)
-    head = ["stage", "n", "accuracy", "format", *[f"pass@{k}" for k in ks], *[f"maj@{k}" for k in ks]]
-    head += ["mean tokens", "truncated"]
+    head = ["stage", "kind", "n", "accuracy", "gain", "format", *[f"pass@{k}" for k in ks], *[f"maj@{k}" for k in ks]]
+    head += ["mean tokens", "truncated", "minutes"]
     rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for stage, r in evals.items():
-        cells = [stage.replace("_", " "), str(r.get("n", "")), _pct(r.get("accuracy")), _pct(r.get("format_rate"))]
+        row = info.get(stage, {})
+        gain = f"{100 * row['gain']:+.1f}" if row.get("gain") is not None else ""
+        cells = [stage.replace("_", " "), row.get("kind", ""), str(r.get("n", "")), _pct(r.get("accuracy")), gain]
+        cells.append(_pct(r.get("format_rate")))
         cells += [_pct(r.get("pass_at_k", {}).get(k)) for k in ks] + [_pct(r.get("maj_at_k", {}).get(k)) for k in ks]
         cells += [f"{r.get('mean_completion_tokens', 0):.1f}", _pct(r.get("truncation_rate"))]
+        cells.append(f"{row['minutes']:.1f}" if row.get("minutes") is not None and row.get("kind") != "eval" else "")
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return "\n".join([*rows, "</table>"])
+
+
+def _gain_line(summary: dict[str, Any]) -> str:
+    gain = summary.get("grpo_gain")
+    if gain is None:
+        return ""
+    return f"<p>GRPO added <b>{100 * gain:+.1f} points</b> of held-out accuracy over the evaluation before it.</p>"
 
 
 def _pct(value: float | None) -> str:
