@@ -37,8 +37,9 @@ def write_hub_folder(root: Path, rows: list[dict], eval_rows: int = 8) -> Path:
     return root
 
 
-def build_test_task(name: str, folder: Path):
+def build_test_task(name: str, folder: Path, tags=None):
     """Every registered task, built offline with small parameters (files written into `folder`)."""
+    from grpokit.parsing import THINK_TAGS
     from grpokit.tasks import build_task
 
     params = {
@@ -57,4 +58,4 @@ def build_test_task(name: str, folder: Path):
     }
     if name not in params:
         raise AssertionError(f"task {name!r} has no test parameters in tests/data_files.py; add them")
-    return build_task(name, params[name])
+    return build_task(name, params[name], tags or THINK_TAGS)

@@ -182,3 +182,32 @@ def test_bf16_follows_the_measurement_unless_the_recipe_says(monkeypatch):
     explicit = build_recipe({**MINIMAL, "grpo": {**grpo, "bf16": False}})
     monkeypatch.setattr(grpokit.precision, "default_bf16", lambda: True)
     assert not build_grpo_config(explicit, "out").bf16
+
+
+def test_task_tags_are_a_recipe_setting(tmp_path):
+    from grpokit.evaluate import stop_texts
+    from grpokit.parsing import THINK_TAGS, Tags
+
+    assert build_recipe(MINIMAL).task.tags == THINK_TAGS  # the default stays <think>
+    recipe = build_recipe({**MINIMAL, "task": {"name": "arithmetic", "tags": {"think": "reasoning"}}})
+    assert recipe.task.tags == Tags(think="reasoning", answer="answer")
+    assert build_recipe(recipe.to_dict()).task.tags == recipe.task.tags  # the resolved recipe keeps them
+    final = build_recipe({**MINIMAL, "task": {"tags": {"think": "reasoning", "answer": "final"}}})
+    assert stop_texts(final) == ("</final>",)  # a rollout stops at the recipe's closing answer tag
+    path = write(tmp_path, "rewards: [{name: format}]\ngrpo: {num_generations: 4, per_device_train_batch_size: 8}\n")
+    assert load_recipe(path, ["task.tags.think=reasoning"]).task.tags.think == "reasoning"
+
+
+@pytest.mark.parametrize(
+    ("tags", "message"),
+    [
+        ({"think": "answer"}, r"task.tags: think and answer are both 'answer'"),
+        ({"think": "<reasoning>"}, r"task.tags: think='<reasoning>' is not a tag name"),
+        ({"answer": "final answer"}, r"task.tags: answer='final answer' is not a tag name"),
+        ({"think": 3}, r"task.tags.think=3 should be str"),
+        ({"thought": "reasoning"}, r"unknown key 'task.tags.thought'"),
+    ],
+)
+def test_bad_task_tags_fail_with_the_key_named(tags, message):
+    with pytest.raises(RecipeError, match=message):
+        build_recipe({**MINIMAL, "task": {"tags": tags}})

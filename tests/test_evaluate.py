@@ -65,6 +65,41 @@ def test_sampled_metrics_aggregate_per_problem(monkeypatch):
     assert result.metrics()["eval/pass@4"] == 1.0
 
 
+def test_eval_reads_completions_in_the_recipes_tags_after_a_prefilled_thought(monkeypatch):
+    """A template that opens `<reasoning>` in the prompt: accuracy, format rate and maj@k read the rest."""
+    from grpokit.parsing import Tags
+
+    task = build_task("arithmetic", tags=Tags(think="reasoning"))
+    problems = task.dataset("eval", 2)
+    right = [f"x</reasoning><answer>{p['answer']}</answer>" for p in problems]
+    plan = {None: [[right[0]], [f"x</think><answer>{problems[1]['answer']}</answer>"]], 1.0: [[r, r] for r in right]}
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, *, temperature=None, **_):
+        seen.extend(prompts)
+        return ev._Generations(plan[temperature], [1] * sum(map(len, plan[temperature])), 0, 1.0)
+
+    class Model:
+        training = False
+
+        def eval(self):
+            pass
+
+        def train(self, mode):
+            pass
+
+    class Tokenizer:
+        def apply_chat_template(self, messages, **_):
+            return messages[0]["content"] + "|" + messages[-1]["content"] + "|<reasoning>\n"
+
+    monkeypatch.setattr(ev, "_generate", fake_generate)
+    result = ev.evaluate(Model(), Tokenizer(), task, problems, samples_per_problem=2, k=[1, 2])
+    assert "<reasoning> </reasoning>" in seen[0]  # the default system prompt names the recipe's tags
+    # The second greedy completion closes a <think>, not the prefilled <reasoning>: still in the thought, no answer.
+    assert result.accuracy == 0.5 and result.format_rate == 0.5
+    assert result.sampled_format_rate == 1.0 and result.maj_at_k["2"] == 1.0
+
+
 def test_eval_command_on_a_run_directory_and_on_a_model(tiny_model_dir, tmp_path, capsys):
     from grpokit import train
     from grpokit.cli import main

@@ -72,3 +72,32 @@ def test_chat_one_shot_and_interactive(run_dir, capsys):
     out = io.StringIO()
     assert chat.main(str(run_dir), stdin=io.StringIO("hello\nagain\n\n"), stdout=out, max_new_tokens=3) == 0
     assert out.getvalue().count("\n> ") == 3 and DEFAULT_SYSTEM_PROMPT in out.getvalue()
+
+
+def test_export_and_chat_follow_the_recipes_tags(tmp_path):
+    """A run whose recipe sets `task.tags: {think: reasoning}` and whose template opens the thought itself."""
+    import shutil
+
+    import yaml
+    from transformers import AutoTokenizer
+
+    from grpokit import chat, export
+    from grpokit.parsing import Tags
+    from grpokit.tasks.base import render_prompt, think_prefilled
+    from tests.conftest import CHATML, build_tiny_model
+
+    prefilling = CHATML.replace("'<|im_start|>assistant\n'", "'<|im_start|>assistant\n<reasoning>\n'")
+    model_dir = build_tiny_model(tmp_path / "base", chat_template=prefilling)
+    run_dir = tmp_path / "run"
+    shutil.copytree(model_dir, run_dir / "model")  # a full fine-tune's run directory, without the training
+    recipe = build_recipe(tiny_recipe(model_dir, tmp_path / "runs", task={"tags": {"think": "reasoning"}}))
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict()), encoding="utf-8")
+
+    out = export.main(run_dir, tmp_path / "exported")
+    assert json.loads((out / "grpokit_export.json").read_text())["tags"] == {"think": "reasoning", "answer": "answer"}
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    prompt = render_prompt(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])
+    assert "<reasoning> </reasoning>" in prompt and "<think>" not in prompt  # the default system message
+    assert think_prefilled(prompt, Tags(think="reasoning")) and not think_prefilled(prompt)
+    _, _, system, _ = chat.load(str(run_dir), None)
+    assert "<reasoning> </reasoning>" in system and "<think>" not in system

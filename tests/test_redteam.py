@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from grpokit.cli import main
-from grpokit.redteam import check
+from grpokit.parsing import Tags
+from grpokit.redteam import battery, check
 from grpokit.rewards import make_reward
 from grpokit.tasks import TASKS, build_task
 from tests.data_files import build_test_task
@@ -59,3 +60,39 @@ def test_cli_check(capsys):
     assert main(["rewards", "check", str(recipe), "--n", "3"]) == 0
     assert "no findings" in capsys.readouterr().out
     assert main(["rewards", "check"]) == 2
+
+
+REASONING = Tags(think="reasoning")
+
+
+@pytest.mark.parametrize("task_name", sorted(TASKS))
+def test_the_battery_speaks_the_recipes_tags(task_name, tmp_path):
+    task = build_test_task(task_name, tmp_path, REASONING)
+    cases = battery(task, task.dataset("eval", 1)[0])
+    assert all("<think>" not in completion for _, completion in cases)
+    assert any("<reasoning>" in completion for _, completion in cases)
+    rewards = [(name, 1.0, make_reward(name, task)) for name in SAFE_REWARDS]
+    findings = check(task, rewards, task.dataset("eval", 3))
+    assert findings == [], "\n".join(map(str, findings))
+
+
+def test_the_battery_in_other_tags_still_catches_a_naive_reward():
+    task = build_task("arithmetic", tags=REASONING)
+
+    def substring(completion, example):
+        return 1.0 if str(example["answer"]) in completion else 0.0
+
+    cases = {f.case for f in check(task, [("substring", 1.0, substring)], task.dataset("eval", 2))}
+    assert {"no answer block", "answer only inside <think>"} <= cases
+
+
+def test_cli_check_of_a_recipe_with_reasoning_tags(tmp_path, capsys):
+    import yaml
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / "arithmetic_grpo.yaml"
+    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    raw["task"]["tags"] = {"think": "reasoning"}
+    path = tmp_path / "reasoning.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert main(["rewards", "check", str(path), "--n", "3"]) == 0
+    assert "no findings" in capsys.readouterr().out

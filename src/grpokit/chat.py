@@ -23,11 +23,12 @@ def load(target: str, task_name: str | None) -> tuple[Any, Any, str, dict[str, A
     if recipe_path.is_file():
         recipe = load_recipe(recipe_path)
         model, tokenizer = load_trained(target, recipe.model.name, recipe.model.dtype, recipe.model.revision)
-        system = recipe.task.system_prompt or get_task_class(task_name or recipe.task.name).system_prompt
+        task_class = get_task_class(task_name or recipe.task.name)
+        system = recipe.task.system_prompt or task_class.instruction(recipe.task.tags)
         switches = recipe.chat_template_kwargs
     else:
         model, tokenizer = load_trained(target, target)
-        system = get_task_class(task_name or "arithmetic").system_prompt
+        system = get_task_class(task_name or "arithmetic").instruction()
         switches = {}
     model.eval()
     return model, tokenizer, system, switches

@@ -88,4 +88,4 @@ def build_trainer(model: Any, tokenizer: Any, recipe: Recipe, out_dir: Path, cal
 def task_of(recipe: Recipe) -> Task:
     from grpokit.tasks import build_task
 
-    return build_task(recipe.task.name, recipe.task.params)
+    return build_task(recipe.task.name, recipe.task.params, recipe.task.tags)

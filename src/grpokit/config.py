@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from grpokit.parsing import THINK_TAGS, Tags
+
 
 class _Loader(yaml.SafeLoader):
     """YAML 1.1 reads `5e-4` (no dot) as a string; recipes mean a float."""
@@ -80,8 +82,11 @@ class TaskSection:
     name: str = "arithmetic"
     # Passed to the task's own config dataclass (see `grpokit tasks`).
     params: dict[str, Any] = field(default_factory=dict)
-    # None: the task's default R1-style instruction.
+    # None: the task's default R1-style instruction, naming `tags`.
     system_prompt: str | None = None
+    # The thought and answer tag names: {think: reasoning} for <reasoning>…</reasoning><answer>…</answer>.
+    # Parsing, format rewards, demonstrations, the system prompt, `rewards check` and export follow them.
+    tags: Tags = THINK_TAGS
     # How many distinct training prompts GRPO draws from.
     train_size: int = 5000
 
@@ -487,7 +492,7 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
 
     for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
         section.validate()
-    task = build_task(recipe.task.name, recipe.task.params)
+    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
     if kind == "sft":
         if task.demonstration(task.example("train", 0)) is None:
             raise RecipeError(f"task {task.name!r} cannot write demonstrations, so it has no sft stage")
@@ -579,7 +584,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         kwargs[name] = _coerce(hints[name], value, f"{where}.{name}" if where else name)
     try:
         return cls(**kwargs)
-    except TypeError as err:  # a required field is missing
+    except (TypeError, ValueError) as err:  # a required field is missing, or the section checks itself
         raise RecipeError(f"{label}: {err}") from err
 
 

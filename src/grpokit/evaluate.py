@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.guarded import Guarded
-from grpokit.parsing import extract_answer, is_strict_format, normalize_completion
+from grpokit.parsing import Tags, extract_answer, is_strict_format, normalize_completion
 from grpokit.rewards import DEFAULT_TIMEOUT_S
 from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled, tokenize_prompts
 
@@ -24,7 +24,7 @@ class EvalResult:
     task: str
     n: int
     accuracy: float  # eval/accuracy: greedy, task.score
-    format_rate: float  # eval/format_rate: strict <think>…</think><answer>…</answer>
+    format_rate: float  # eval/format_rate: strict <think>…</think><answer>…</answer> in the recipe's tags
     mean_completion_tokens: float
     max_completion_tokens: int
     truncation_rate: float  # completions that hit max_new_tokens without ending
@@ -173,7 +173,7 @@ def evaluate(
     `score_timeout` seconds scores 0 and is counted in `score_errors`.
     """
     prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt), chat_template_kwargs) for ex in examples]
-    prefilled = think_prefilled(prompts[0]) if prompts else False
+    prefilled = think_prefilled(prompts[0], task.tags) if prompts else False
     was_training = model.training
     model.eval()
     try:
@@ -203,10 +203,10 @@ def evaluate(
         model.train(was_training)
 
     completions = [c[0] for c in greedy.completions]
-    texts = [normalize_completion(c, prefilled) for c in completions]
+    texts = [normalize_completion(c, prefilled, task.tags) for c in completions]
     score = Guarded(f"{task.name} score", task.score, score_timeout, give_up_after=3)
     correct = [score(t, ex) or 0.0 for t, ex in zip(texts, examples, strict=True)]
-    formatted = [is_strict_format(t) for t in texts]
+    formatted = [is_strict_format(t, task.tags) for t in texts]
     n = max(len(examples), 1)
     kept = [
         {"question": ex["question"], "answer": ex["answer"], "completion": c, "correct": bool(ok), "format": fmt}
@@ -225,7 +225,7 @@ def evaluate(
         samples=kept[:samples],
     )
     if sampled is not None:
-        _add_sampled(result, score, examples, sampled, prefilled, samples_per_problem, k, temperature)
+        _add_sampled(result, score, examples, sampled, prefilled, samples_per_problem, k, temperature, task.tags)
     result.score_errors, result.score_error = score.errors, score.summary()
     if score.errors:
         log.warning("%s: %s; they count as wrong", label, result.score_error)
@@ -241,13 +241,14 @@ def _add_sampled(
     per_problem: int,
     ks: list[int] | tuple[int, ...],
     temperature: float,
+    tags: Tags,
 ) -> None:
     scores, answers, formats = [], [], 0
     for group, ex in zip(sampled.completions, examples, strict=True):
-        texts = [normalize_completion(c, prefilled) for c in group]
+        texts = [normalize_completion(c, prefilled, tags) for c in group]
         scores.append([score(t, ex) or 0.0 for t in texts])
-        answers.append([extract_answer(t) for t in texts])
-        formats += sum(is_strict_format(t) for t in texts)
+        answers.append([extract_answer(t, tags=tags) for t in texts])
+        formats += sum(is_strict_format(t, tags) for t in texts)
     n = max(len(examples), 1)
     result.samples_per_problem = per_problem
     result.temperature = temperature
@@ -278,7 +279,7 @@ def main(recipe: Any, model_name: str | None = None) -> EvalResult:
     model, tokenizer = load_trained(
         model_name or recipe.model.name, recipe.model.name, recipe.model.dtype, recipe.model.revision
     )
-    task = build_task(recipe.task.name, recipe.task.params)
+    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
     return evaluate_recipe(model, tokenizer, task, task.dataset("eval", recipe.eval.n), recipe)
 
 
@@ -307,4 +308,4 @@ def evaluate_recipe(
 
 def stop_texts(recipe: Any) -> tuple[str, ...]:
     """The texts that end a rollout in training, and so an evaluation completion."""
-    return ("</answer>",) if recipe.rollout.stop_at_answer else ()
+    return (recipe.task.tags.answer_close,) if recipe.rollout.stop_at_answer else ()

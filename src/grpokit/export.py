@@ -4,7 +4,8 @@ The folder loads with `transformers.pipeline("text-generation", model=OUT)` and 
 weights (safetensors), tokenizer, generation config, and a chat template whose default system
 message is the task's instruction and whose switches default to the recipe's `chat_template_kwargs`, so a
 plain chat call sees the prompt ids training saw and answers in the trained
-`<think>…</think><answer>…</answer>` format. `grpokit_export.json` records where it came from.
+`<think>…</think><answer>…</answer>` format (in the recipe's `task.tags`, which that instruction names).
+`grpokit_export.json` records where it came from, tags included.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main(run_dir: str | Path, out: str | Path) -> Path:
     if hasattr(model, "merge_and_unload"):
         log.info("merging the LoRA adapter into the base weights")
         model = model.merge_and_unload()
-    system_prompt = recipe.task.system_prompt or get_task_class(recipe.task.name).system_prompt
+    system_prompt = recipe.task.system_prompt or get_task_class(recipe.task.name).instruction(recipe.task.tags)
     template = default_switches(tokenizer.chat_template, recipe.chat_template_kwargs)
     tokenizer.chat_template = default_system_template(template, system_prompt)
     tokenizer.padding_side = "left"
@@ -81,6 +82,7 @@ def main(run_dir: str | Path, out: str | Path) -> Path:
         "base_model": recipe.model.name,
         "task": recipe.task.name,
         "system_prompt": system_prompt,
+        "tags": {"think": recipe.task.tags.think, "answer": recipe.task.tags.answer},
     }
     (out / "grpokit_export.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
     log.info("exported to %s", out)

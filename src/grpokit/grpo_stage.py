@@ -34,9 +34,9 @@ def build_trainer(
     from grpokit.train import build_train_dataset
     from grpokit.trainer import GrpoTrainer
 
-    task = build_task(recipe.task.name, recipe.task.params)
+    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
     train_data = build_train_dataset(task, tokenizer, recipe)
-    prefilled = think_prefilled(train_data[0]["prompt"])
+    prefilled = think_prefilled(train_data[0]["prompt"], task.tags)
     rewards = [
         to_trl(
             spec.name,
@@ -45,6 +45,7 @@ def build_trainer(
             run_dir / "reward_errors.jsonl",
             spec.timeout or None,
             spec.on_error,
+            task.tags,
         )
         for spec in recipe.rewards
     ]
@@ -85,7 +86,7 @@ def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:
 
     cfg = recipe.curriculum
     params = {**recipe.task.params, cfg.param: cfg.levels[level]}
-    task = build_task(recipe.task.name, params)
+    task = build_task(recipe.task.name, params, recipe.task.tags)
     return build_train_dataset(
         task, tokenizer, dataclasses.replace(recipe, task=dataclasses.replace(recipe.task, params=params))
     )

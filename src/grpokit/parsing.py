@@ -1,6 +1,8 @@
 """The one answer-extraction contract: every reward, verifier and metric reads completions through here.
 
-R1-zero format: ``<think>reasoning</think><answer>final answer</answer>``.
+R1-zero format: ``<think>reasoning</think><answer>final answer</answer>``. The tag names are a recipe
+setting (`task.tags`): every function takes `tags`, e.g. ``Tags(think="reasoning")`` for
+``<reasoning>…</reasoning><answer>…</answer>``; the default is `THINK_TAGS`.
 
 - An answer written inside ``<think>`` does not count; neither does one after an unclosed ``<think>``.
 - Several answer blocks: ``which="last"`` (default) or ``"first"`` picks one, so hedging with several
@@ -12,18 +14,71 @@ R1-zero format: ``<think>reasoning</think><answer>final answer</answer>``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 MAX_COMPLETION_CHARS = 20_000
+_TAG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
-_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S)
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
-_STRICT = re.compile(r"\A\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*\Z", re.S)
+
+@dataclass(frozen=True)
+class Tags:
+    """The names of the thought and answer tags a recipe's completions use.
+
+    >>> Tags(think="reasoning").all
+    ('<reasoning>', '</reasoning>', '<answer>', '</answer>')
+    """
+
+    think: str = "think"
+    answer: str = "answer"
+
+    def __post_init__(self) -> None:
+        for role in ("think", "answer"):
+            name = getattr(self, role)
+            if not isinstance(name, str) or not _TAG_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{role}={name!r} is not a tag name; use a letter then letters, digits, '_' or '-' (e.g. reasoning)"
+                )
+        if self.think == self.answer:
+            raise ValueError(f"think and answer are both {self.think!r}; the two tags need different names")
+
+    @property
+    def think_open(self) -> str:
+        return f"<{self.think}>"
+
+    @property
+    def think_close(self) -> str:
+        return f"</{self.think}>"
+
+    @property
+    def answer_open(self) -> str:
+        return f"<{self.answer}>"
+
+    @property
+    def answer_close(self) -> str:
+        return f"</{self.answer}>"
+
+    @property
+    def all(self) -> tuple[str, str, str, str]:
+        return (self.think_open, self.think_close, self.answer_open, self.answer_close)
+
+
+THINK_TAGS = Tags()
+THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = THINK_TAGS.all
+TAGS = THINK_TAGS.all
+
+
+@functools.lru_cache(maxsize=16)
+def _patterns(tags: Tags) -> tuple[re.Pattern, re.Pattern, re.Pattern]:
+    """(thought block, answer block, strict format) for `tags`; built once per tag pair."""
+    think_open, think_close, answer_open, answer_close = map(re.escape, tags.all)
+    return (
+        re.compile(rf"{think_open}.*?(?:{think_close}|\Z)", re.S),
+        re.compile(rf"{answer_open}(.*?){answer_close}", re.S),
+        re.compile(rf"\A\s*{think_open}(.*?){think_close}\s*{answer_open}(.*?){answer_close}\s*\Z", re.S),
+    )
 
 
 @dataclass(frozen=True)
@@ -33,49 +88,64 @@ class Parsed:
     strict: bool  # exactly one think block then one non-empty answer block, nothing around them
 
 
-def normalize_completion(text: str, think_prefilled: bool = False) -> str:
+def normalize_completion(text: str, think_prefilled: bool = False, tags: Tags = THINK_TAGS) -> str:
     """Bound the text and restore a `<think>` that the chat template put in the prompt."""
     text = text[:MAX_COMPLETION_CHARS]
-    if think_prefilled and not text.lstrip().startswith(THINK_OPEN):
-        text = THINK_OPEN + text
+    if think_prefilled and not text.lstrip().startswith(tags.think_open):
+        text = tags.think_open + text
     return text
 
 
-def parse_completion(text: str, which: Literal["last", "first"] = "last") -> Parsed:
+def retag(text: str, tags: Tags) -> str:
+    """Text written with the default `<think>`/`<answer>` tags, with `tags` in their place.
+
+    >>> retag("<think>x</think><answer>6</answer>", Tags(think="reasoning"))
+    '<reasoning>x</reasoning><answer>6</answer>'
+    """
+    if tags == THINK_TAGS:
+        return text
+    names = {THINK_TAGS.think: tags.think, THINK_TAGS.answer: tags.answer}
+    return re.sub(r"<(/?)(think|answer)>", lambda m: f"<{m.group(1)}{names[m.group(2)]}>", text)
+
+
+def parse_completion(text: str, which: Literal["last", "first"] = "last", tags: Tags = THINK_TAGS) -> Parsed:
     """Split a completion into its thought and answer.
 
     >>> parse_completion("<think>2 * 3 = 6</think><answer>6</answer>")
     Parsed(think='2 * 3 = 6', answer='6', strict=True)
     """
     text = text[:MAX_COMPLETION_CHARS]
-    return Parsed(think=extract_think(text), answer=extract_answer(text, which), strict=is_strict_format(text))
+    return Parsed(
+        think=extract_think(text, tags), answer=extract_answer(text, which, tags), strict=is_strict_format(text, tags)
+    )
 
 
-def extract_answer(text: str, which: Literal["last", "first"] = "last") -> str | None:
+def extract_answer(text: str, which: Literal["last", "first"] = "last", tags: Tags = THINK_TAGS) -> str | None:
     text = text[:MAX_COMPLETION_CHARS]
-    outside_think = _THINK_BLOCK.sub(" ", text)
-    blocks = _ANSWER_BLOCK.findall(outside_think)
+    think_block, answer_block, _ = _patterns(tags)
+    outside_think = think_block.sub(" ", text)
+    blocks = answer_block.findall(outside_think)
     if not blocks:
         return None
     return (blocks[-1] if which == "last" else blocks[0]).strip()
 
 
-def extract_think(text: str) -> str | None:
-    match = _THINK_BLOCK.search(text[:MAX_COMPLETION_CHARS])
+def extract_think(text: str, tags: Tags = THINK_TAGS) -> str | None:
+    match = _patterns(tags)[0].search(text[:MAX_COMPLETION_CHARS])
     if match is None:
         return None
-    return match.group(0)[len(THINK_OPEN) :].removesuffix(THINK_CLOSE).strip()
+    return match.group(0)[len(tags.think_open) :].removesuffix(tags.think_close).strip()
 
 
-def is_strict_format(text: str) -> bool:
+def is_strict_format(text: str, tags: Tags = THINK_TAGS) -> bool:
     """`<think>…</think><answer>…</answer>` and nothing else: each tag once, answer non-empty."""
     text = text[:MAX_COMPLETION_CHARS]
-    if any(text.count(tag) != 1 for tag in TAGS):
+    if any(text.count(tag) != 1 for tag in tags.all):
         return False
-    match = _STRICT.match(text)
+    match = _patterns(tags)[2].match(text)
     return bool(match and match.group(2).strip())
 
 
-def tag_counts(text: str) -> dict[str, int]:
+def tag_counts(text: str, tags: Tags = THINK_TAGS) -> dict[str, int]:
     text = text[:MAX_COMPLETION_CHARS]
-    return {tag: text.count(tag) for tag in TAGS}
+    return {tag: text.count(tag) for tag in tags.all}

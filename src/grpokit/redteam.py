@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from grpokit.parsing import normalize_completion
+from grpokit.parsing import normalize_completion, retag
 from grpokit.tasks.base import Example, Task
 
 SLOW_SECONDS = 1.0
@@ -32,7 +32,7 @@ class Finding:
 
 
 def battery(task: Task, example: Example) -> list[tuple[str, str]]:
-    """(name, completion) pairs; none of them is an honest correct answer."""
+    """(name, completion) pairs in the task's tags; none of them is an honest correct answer."""
     answer = str(example["answer"])
     cases = [
         ("empty answer", "<think>reasoning</think><answer></answer>"),
@@ -50,7 +50,7 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
         ("unicode digits", f"<think>x</think><answer>{answer.translate(_FULLWIDTH)}</answer>"),
         ("100 KB completion", "<think>" + "x" * 100_000 + f"</think><answer>{answer}</answer>"),
     ]
-    return cases + task.adversarial(example)
+    return [(name, retag(completion, task.tags)) for name, completion in cases + task.adversarial(example)]
 
 
 def check(
@@ -59,22 +59,22 @@ def check(
     """Run the battery on each example against `rewards` = [(name, weight, fn(completion, row))]."""
     findings: list[Finding] = []
     for example in examples:
-        honest_wrong = f"<think>x</think><answer>{_wrong_answer(example)}</answer>"
-        baseline, _ = _total(rewards, honest_wrong, example, think_prefilled)
+        honest_wrong = retag(f"<think>x</think><answer>{_wrong_answer(example)}</answer>", task.tags)
+        baseline, _ = _total(rewards, honest_wrong, example, think_prefilled, task)
         for case, completion in battery(task, example):
-            total, problems = _total(rewards, completion, example, think_prefilled)
+            total, problems = _total(rewards, completion, example, think_prefilled, task)
             if total > baseline + 1e-9:
                 problems.append(f"weighted reward {total:.3f} beats an honest wrong answer's {baseline:.3f}")
-            if _safe_score(task, normalize_completion(completion, think_prefilled), example) > 0:
+            if _safe_score(task, normalize_completion(completion, think_prefilled, task.tags), example) > 0:
                 problems.append("the task's verifier accepts it")
             findings += [Finding(case, p, completion) for p in problems]
     return findings
 
 
 def _total(
-    rewards: list[tuple[str, float, Any]], completion: str, example: Example, think_prefilled: bool
+    rewards: list[tuple[str, float, Any]], completion: str, example: Example, think_prefilled: bool, task: Task
 ) -> tuple[float, list[str]]:
-    text = normalize_completion(completion, think_prefilled)
+    text = normalize_completion(completion, think_prefilled, task.tags)
     total, problems = 0.0, []
     for name, weight, fn in rewards:
         start = time.perf_counter()
@@ -109,6 +109,6 @@ def main(recipe: Any, n: int = 8) -> list[Finding]:
     from grpokit.rewards import make_reward
     from grpokit.tasks import build_task
 
-    task = build_task(recipe.task.name, recipe.task.params)
+    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
     rewards = [(s.name, s.weight, make_reward(s.name, task, s.params)) for s in recipe.rewards]
     return check(task, rewards, task.dataset("eval", n))

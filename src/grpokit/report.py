@@ -186,7 +186,7 @@ def _scorers(run_dir: Path) -> list[Guarded]:
         from grpokit.tasks import build_task
 
         recipe = load_recipe(run_dir / "recipe.yaml")
-        task = build_task(recipe.task.name, recipe.task.params)
+        task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
         out = []
         for spec in recipe.rewards:
             reward = make_reward(spec.name, task, spec.params)

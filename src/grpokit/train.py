@@ -82,7 +82,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         transformers.set_seed(recipe.seed)
         started = time.perf_counter()
 
-        task = build_task(recipe.task.name, recipe.task.params)  # bad data fails before the model loads
+        # Bad data fails before the model loads.
+        task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
         try:
             eval_set = task.dataset("eval", recipe.eval.n)
         except ValueError as err:

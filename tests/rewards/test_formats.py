@@ -64,3 +64,30 @@ def test_tag_count_rejects_a_negative_penalty():
 
     with pytest.raises((ValueError, RecipeError)):
         make_reward("tag_count", None, {"trailing_penalty": -1})
+
+
+FORMAT_REWARDS = ["format", "format_lenient", "tag_count", "format_partial"]
+REASONED = "<reasoning>4 * 5 = 20. 3 + 20 = 23.</reasoning><answer>23</answer>"
+
+
+@pytest.mark.parametrize("name", FORMAT_REWARDS)
+def test_every_format_reward_follows_the_tasks_tags(name):
+    from grpokit.parsing import Tags
+    from grpokit.tasks import build_task
+
+    reasoning = make_reward(name, build_task("arithmetic", tags=Tags(think="reasoning")))
+    assert reasoning(REASONED, {}) == 1.0
+    assert reasoning(GOOD, {}) < 1.0  # <think> is not this recipe's thought
+    assert reasoning("<reasoning>a <answer>23</answer></reasoning>", {}) < 1.0  # answer inside the thought
+    default = make_reward(name, build_task("arithmetic"))
+    assert default(GOOD, {}) == 1.0
+    assert default(REASONED, {}) < 1.0
+
+
+@pytest.mark.parametrize("name", ["format", "format_lenient"])
+def test_the_whole_format_rewards_pay_nothing_for_the_other_thought_tag(name):
+    from grpokit.parsing import Tags
+    from grpokit.tasks import build_task
+
+    assert make_reward(name, build_task("arithmetic", tags=Tags(think="reasoning")))(GOOD, {}) == 0.0
+    assert make_reward(name, build_task("arithmetic"))(REASONED, {}) == 0.0

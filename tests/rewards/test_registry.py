@@ -96,3 +96,14 @@ def test_a_hanging_reward_is_cut_off_and_the_next_sample_is_scored():
     assert trl_reward([""] * 3, ["ok", "hang", "ok"]) == [1.0, None, 1.0]
     assert trl_reward.errors == 1
     release.set()
+
+
+def test_prefilled_thought_is_restored_in_the_recipes_tag():
+    from grpokit.parsing import Tags
+
+    reasoning = Tags(think="reasoning")
+    task = build_task("arithmetic", tags=reasoning)
+    completion = "4 * 5 = 20. 3 + 20 = 23.</reasoning><answer>23</answer>"  # the template wrote "<reasoning>"
+    fmt = to_trl("format", make_reward("format", task), think_prefilled=True, tags=reasoning)
+    assert fmt([""], [completion]) == [1.0]
+    assert to_trl("format", make_reward("format", task), think_prefilled=True)([""], [completion]) == [0.0]

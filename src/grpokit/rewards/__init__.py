@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grpokit.parsing import normalize_completion
+from grpokit.parsing import THINK_TAGS, Tags, normalize_completion
 from grpokit.registry import lookup
 from grpokit.tasks.base import Task
 
@@ -59,6 +59,7 @@ def to_trl(
     error_log: Path | None = None,
     timeout: float | None = DEFAULT_TIMEOUT_S,
     on_error: str = "exclude",
+    tags: Tags = THINK_TAGS,
 ) -> Callable[..., list[float | None]]:
     """TRL calls reward functions with the batch: prompts, completions and each dataset column as a list.
 
@@ -68,7 +69,8 @@ def to_trl(
     trainer leaves it out of its group's mean and std with an advantage of 0 (a verifier timeout on a
     right answer would otherwise be pushed down); `on_error="zero"` scores it 0. Failures are counted in
     `errors` (the trainer logs them as `rewards/<name>/errors`), and the first one is written to
-    `error_log` with its completion.
+    `error_log` with its completion. With `think_prefilled`, the thought's opening tag (`tags`) goes back
+    in front of each completion before the reward reads it.
     """
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error={on_error!r}; use one of {', '.join(ON_ERROR)}")
@@ -81,7 +83,7 @@ def to_trl(
         ]
         scores: list[float | None] = []
         for completion, row in zip(completions, rows, strict=True):
-            text = normalize_completion(_text(completion), think_prefilled)
+            text = normalize_completion(_text(completion), think_prefilled, tags)
             try:
                 value = float(call(text, row))
                 if not math.isfinite(value):

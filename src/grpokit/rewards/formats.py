@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from grpokit.parsing import (
-    ANSWER_CLOSE,
-    ANSWER_OPEN,
     MAX_COMPLETION_CHARS,
-    TAGS,
+    THINK_TAGS,
     extract_answer,
     extract_think,
     is_strict_format,
@@ -24,8 +22,10 @@ def make_format(task: Task) -> Reward:
     1.0
     """
 
+    tags = getattr(task, "tags", THINK_TAGS)
+
     def format_reward(completion: str, example: dict) -> float:
-        return 1.0 if is_strict_format(completion) else 0.0
+        return 1.0 if is_strict_format(completion, tags) else 0.0
 
     return format_reward
 
@@ -38,8 +38,10 @@ def make_format_lenient(task: Task) -> Reward:
     1.0
     """
 
+    tags = getattr(task, "tags", THINK_TAGS)
+
     def format_lenient_reward(completion: str, example: dict) -> float:
-        return 1.0 if extract_think(completion) is not None and extract_answer(completion) else 0.0
+        return 1.0 if extract_think(completion, tags) is not None and extract_answer(completion, tags=tags) else 0.0
 
     return format_lenient_reward
 
@@ -55,14 +57,16 @@ def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
     """
     if trailing_penalty < 0:
         raise ValueError(f"trailing_penalty={trailing_penalty}; it must be >= 0")
+    tags = getattr(task, "tags", THINK_TAGS)
 
     def tag_count_reward(completion: str, example: dict) -> float:
-        counts = tag_counts(completion)
-        score = sum(0.25 for tag in TAGS if counts[tag] == 1)
-        if counts[ANSWER_OPEN] == 1 and not extract_answer(completion):  # `<answer></answer>` says nothing
-            score -= 0.25 * (counts[ANSWER_CLOSE] == 1) + 0.25
-        if counts[ANSWER_CLOSE] >= 1:
-            trailing = completion[:MAX_COMPLETION_CHARS].rsplit(ANSWER_CLOSE, 1)[1].strip()
+        counts = tag_counts(completion, tags)
+        score = sum(0.25 for tag in tags.all if counts[tag] == 1)
+        # `<answer></answer>` says nothing
+        if counts[tags.answer_open] == 1 and not extract_answer(completion, tags=tags):
+            score -= 0.25 * (counts[tags.answer_close] == 1) + 0.25
+        if counts[tags.answer_close] >= 1:
+            trailing = completion[:MAX_COMPLETION_CHARS].rsplit(tags.answer_close, 1)[1].strip()
             score -= trailing_penalty * len(trailing)
         return float(min(max(score, 0.0), 1.0))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from grpokit.parsing import THINK_TAGS, Tags
 from grpokit.registry import lookup
 from grpokit.tasks.base import Task
 
@@ -22,7 +23,8 @@ def get_task_class(name: str) -> type[Task]:
     return lookup(TASKS, name, "task")
 
 
-def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
+def build_task(name: str, params: dict[str, Any] | None = None, tags: Tags = THINK_TAGS) -> Task:
+    """The task `name` with its config from `params`, reading and writing completions in `tags`."""
     from grpokit.config import RecipeError
 
     cls = get_task_class(name)
@@ -32,9 +34,11 @@ def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
         raise RecipeError(f"unknown key task.params.{unknown[0]} for task {name!r}; known: {', '.join(sorted(known))}")
     try:
         config = cls.config_class(**(params or {}))
-        return cls(config)
+        task = cls(config)
     except (TypeError, ValueError) as err:
         raise RecipeError(f"task.params for {name!r}: {err}") from err
+    task.tags = tags  # set after construction, so a task's __init__ keeps the one-argument signature
+    return task
 
 
 # Built-in tasks register themselves on import.

@@ -81,7 +81,7 @@ class ArithmeticTask(Task):
         return {"question": f"What is {expression}?", "expression": expression, "answer": value, "steps": steps}
 
     def score(self, completion: str, example: Example) -> float:
-        answer = extract_answer(completion)
+        answer = extract_answer(completion, tags=self.tags)
         if answer is None or not _INTEGER.fullmatch(answer):
             return 0.0
         return 1.0 if int(answer) == int(example["answer"]) else 0.0
@@ -95,7 +95,8 @@ class ArithmeticTask(Task):
         ]
 
     def demonstration(self, example: Example) -> str:
-        return f"<think>{' '.join(example['steps'])}</think><answer>{example['answer']}</answer>"
+        t, steps = self.tags, " ".join(example["steps"])
+        return f"{t.think_open}{steps}{t.think_close}{t.answer_open}{example['answer']}{t.answer_close}"
 
 
 def solve(nums: list[int], ops: list[str]) -> tuple[list[str], int]:

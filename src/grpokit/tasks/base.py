@@ -9,9 +9,18 @@ from __future__ import annotations
 import hashlib
 from typing import Any, ClassVar
 
-DEFAULT_SYSTEM_PROMPT = (
-    "Think step by step inside <think> </think> tags, then give only the final answer inside <answer> </answer> tags."
-)
+from grpokit.parsing import THINK_TAGS, Tags
+
+
+def default_system_prompt(tags: Tags = THINK_TAGS) -> str:
+    """The R1-style instruction, naming the recipe's tags."""
+    return (
+        f"Think step by step inside {tags.think_open} {tags.think_close} tags, "
+        f"then give only the final answer inside {tags.answer_open} {tags.answer_close} tags."
+    )
+
+
+DEFAULT_SYSTEM_PROMPT = default_system_prompt()
 
 Example = dict[str, Any]  # one row: at least "question" and "answer"; tasks may add fields
 
@@ -21,11 +30,15 @@ class Task:
 
     Synthetic tasks are deterministic per index (`random.Random(seed + index)`), and the train and
     eval splits never share a problem (`split_of` partitions the problem space by a stable hash).
+
+    `tags` are the recipe's thought and answer tags (`build_task` sets them): `score`, `demonstration`
+    and the default system prompt use them.
     """
 
     name: ClassVar[str]
     config_class: ClassVar[type]
-    system_prompt: ClassVar[str] = DEFAULT_SYSTEM_PROMPT
+    system_prompt: ClassVar[str | None] = None  # a task's own instruction; None: `default_system_prompt(tags)`
+    tags: Tags = THINK_TAGS
 
     def __init__(self, config: Any) -> None:
         config.validate()
@@ -47,7 +60,9 @@ class Task:
         return []
 
     def adversarial(self, example: Example) -> list[tuple[str, str]]:
-        """Task-specific (name, completion) tricks that must score 0, for `grpokit rewards check`."""
+        """Task-specific (name, completion) tricks that must score 0, for `grpokit rewards check`.
+
+        Written in the default `<think>`/`<answer>` tags; the check puts them in the recipe's (`retag`)."""
         return []
 
     def dataset(self, split: str, n: int, distinct: bool = True) -> list[Example]:
@@ -71,9 +86,14 @@ class Task:
             )
         return rows
 
+    @classmethod
+    def instruction(cls, tags: Tags = THINK_TAGS) -> str:
+        """The system prompt when the recipe sets none: the task's own, or the default naming `tags`."""
+        return cls.system_prompt or default_system_prompt(tags)
+
     def messages(self, example: Example, system_prompt: str | None = None) -> list[dict[str, str]]:
         return [
-            {"role": "system", "content": system_prompt or self.system_prompt},
+            {"role": "system", "content": system_prompt or self.instruction(self.tags)},
             {"role": "user", "content": example["question"]},
         ]
 
@@ -120,6 +140,6 @@ def tokenize_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
     return tokenizer(text=list(prompts), add_special_tokens=False)["input_ids"]
 
 
-def think_prefilled(prompt: str) -> bool:
+def think_prefilled(prompt: str, tags: Tags = THINK_TAGS) -> bool:
     """True when the chat template opens the thought itself (its generation prompt ends in <think>)."""
-    return prompt.rstrip().endswith("<think>")
+    return prompt.rstrip().endswith(tags.think_open)

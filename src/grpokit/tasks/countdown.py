@@ -23,7 +23,7 @@ from typing import Any
 
 from grpokit.data import is_local_file, load_split, read_file, require_columns
 from grpokit.expressions import evaluate_expression
-from grpokit.parsing import extract_answer
+from grpokit.parsing import THINK_TAGS, extract_answer, retag
 from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, partition, split_of
 
@@ -89,6 +89,11 @@ class CountdownTask(Task):
         return self.loaded
 
     def example(self, split: str, index: int) -> Example:
+        row = self._example(split, index)
+        # The question names the answer tag; rows are written (and loaded rows cached) in the default tags.
+        return row if self.tags == THINK_TAGS else {**row, "question": retag(row["question"], self.tags)}
+
+    def _example(self, split: str, index: int) -> Example:
         if self.config.source:
             rows = self.load()[split]
             return rows[index % len(rows)]
@@ -123,7 +128,7 @@ class CountdownTask(Task):
         }
 
     def score(self, completion: str, example: Example) -> float:
-        answer = extract_answer(completion)
+        answer = extract_answer(completion, tags=self.tags)
         if answer is None:
             return 0.0
         # "= 20" at the end is a common, harmless habit; anything else must be the bare expression.
@@ -152,7 +157,8 @@ class CountdownTask(Task):
     def demonstration(self, example: Example) -> str | None:
         if not example.get("solution"):
             return None
-        return f"<think>{example['solution']} = {example['target']}</think><answer>{example['solution']}</answer>"
+        t, solution = self.tags, example["solution"]
+        return f"{t.think_open}{solution} = {example['target']}{t.think_close}{t.answer_open}{solution}{t.answer_close}"
 
 
 def load_rows(rows: list[dict[str, Any]]) -> list[Example]:

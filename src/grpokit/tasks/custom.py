@@ -69,7 +69,7 @@ class CustomTask(Task):
         return rows[index % len(rows)]
 
     def score(self, completion: str, example: Example) -> float:
-        answer = extract_answer(completion)
+        answer = extract_answer(completion, tags=self.tags)
         if answer is None or not answer.strip():
             return 0.0
         if self.config.checker == "numeric":

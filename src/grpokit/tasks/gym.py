@@ -120,7 +120,7 @@ class ReasoningGymTask(Task):
         return {"question": entry["question"], "answer": str(entry["answer"]), "gym_index": gym_index}
 
     def score(self, completion: str, example: Example) -> float:
-        answer = extract_answer(completion)
+        answer = extract_answer(completion, tags=self.tags)
         if answer is None or not answer.strip() or unsafe(answer):
             return 0.0
         entry = self.entry(int(example["gym_index"]))
@@ -141,7 +141,8 @@ class ReasoningGymTask(Task):
 
     def demonstration(self, example: Example) -> str | None:
         """Format only: reasoning-gym gives answers, not worked solutions, so the thought is brief."""
-        return f"<think>\nThe answer is {example['answer']}.\n</think>\n<answer>{example['answer']}</answer>"
+        t, answer = self.tags, example["answer"]
+        return f"{t.think_open}\nThe answer is {answer}.\n{t.think_close}\n{t.answer_open}{answer}{t.answer_close}"
 
     def adversarial(self, example: Example) -> list[tuple[str, str]]:
         return [

@@ -216,7 +216,7 @@ class MathTask(Task):
         return self.checked.get(split, index)
 
     def score(self, completion: str, example: Example) -> float:
-        return math_score(extract_answer(completion), str(example["answer"]))
+        return math_score(extract_answer(completion, tags=self.tags), str(example["answer"]))
 
     def notes(self) -> list[str]:
         return self._checked.notes() if self._checked is not None else []
@@ -225,7 +225,8 @@ class MathTask(Task):
         """The data set's own worked solution as the thought, its gold answer as the answer."""
         solution = example.get("solution") or ""
         thought = _CALCULATOR.sub("", solution.rsplit("####", 1)[0]) if "####" in solution else solution
-        return f"<think>\n{thought.strip()}\n</think>\n<answer>{example['answer']}</answer>"
+        t = self.tags
+        return f"{t.think_open}\n{thought.strip()}\n{t.think_close}\n{t.answer_open}{example['answer']}{t.answer_close}"
 
     def adversarial(self, example: Example) -> list[tuple[str, str]]:
         gold = str(example["answer"])
