@@ -208,6 +208,17 @@ class LaunchSection:
 
 
 @dataclass
+class SandboxSection:
+    """Verifiers that evaluate expressions run in a confined worker (grpokit.sandbox). Where this
+    kernel lacks seccomp or Landlock (`grpokit env` says), such tasks are refused unless this opts in."""
+
+    allow_unconfined: bool = False
+
+    def validate(self) -> None:
+        pass
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     lora: LoraSection = field(default_factory=LoraSection)
@@ -219,6 +230,7 @@ class Recipe:
     output: OutputSection = field(default_factory=OutputSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
     rollout: RolloutSection = field(default_factory=RolloutSection)
+    sandbox: SandboxSection = field(default_factory=SandboxSection)
     seed: int = 42
     source: str = "<memory>"  # where the recipe came from; not a YAML key
 
@@ -298,7 +310,16 @@ def validate_recipe(recipe: Recipe) -> None:
         recipe.launch,
     ):
         section.validate()
+    from grpokit import confine, sandbox
+
+    sandbox.allow_unconfined(recipe.sandbox.allow_unconfined)
     task = build_task(recipe.task.name, recipe.task.params)
+    missing = confine.missing_here() if task.uses_sandbox and not recipe.sandbox.allow_unconfined else []
+    if missing:
+        raise RecipeError(
+            f"task {task.name!r} scores in the sandbox worker, which lacks {', '.join(missing)} on this machine "
+            "(see grpokit env); install them, or set sandbox.allow_unconfined: true to score without"
+        )
     if not recipe.rewards:
         raise RecipeError(
             f"the recipe has no rewards; add e.g. rewards: [{{name: format}}, {{name: correctness}}] "
