@@ -2,7 +2,9 @@
 
 R1-zero format: ``<think>reasoning</think><answer>final answer</answer>``.
 
-- An answer written inside ``<think>`` does not count; neither does one after an unclosed ``<think>``.
+- An answer written inside ``<think>`` does not count; neither does one after an unclosed ``<think>``,
+  one before a thought tag (``<answer>9</answer><think>``), nor one with a tag inside it
+  (``<answer><think></think>9</answer>``).
 - Several answer blocks: ``which="last"`` (default) or ``"first"`` picks one, so hedging with several
   guesses earns nothing; strict format rejects them outright.
 - Chat templates that prefill ``<think>`` in the generation prompt: the completion then starts inside
@@ -52,12 +54,33 @@ def parse_completion(text: str, which: Literal["last", "first"] = "last") -> Par
 
 
 def extract_answer(text: str, which: Literal["last", "first"] = "last") -> str | None:
-    text = text[:MAX_COMPLETION_CHARS]
-    outside_think = _THINK_BLOCK.sub(" ", text)
-    blocks = _ANSWER_BLOCK.findall(outside_think)
+    blocks = answer_blocks(text)
     if not blocks:
         return None
-    return (blocks[-1] if which == "last" else blocks[0]).strip()
+    return (blocks[-1] if which == "last" else blocks[0])[1]
+
+
+def answer_blocks(text: str) -> list[tuple[int, str]]:
+    """(offset, stripped text) of each `<answer>` block after every (closed) thought, with no tag inside."""
+    text = text[:MAX_COMPLETION_CHARS]
+    thoughts = [m.span() for m in _THINK_BLOCK.finditer(text)]
+    last_thought_tag = max(text.rfind(THINK_OPEN), text.rfind(THINK_CLOSE))
+    return [
+        (match.start(), match.group(1).strip())
+        for match in _ANSWER_BLOCK.finditer(text)
+        if match.start() > last_thought_tag
+        and not any(start < match.end() and match.start() < end for start, end in thoughts)
+        and not any(tag in match.group(1) for tag in TAGS)
+    ]
+
+
+def answer_after_thought(text: str) -> bool:
+    """True when there is a non-empty answer and every thought tag comes before it.
+
+    >>> [answer_after_thought(t) for t in ("<think>x</think><answer>9</answer>", "<answer>9</answer><think>")]
+    [True, False]
+    """
+    return bool(extract_answer(text))
 
 
 def extract_think(text: str) -> str | None:

@@ -52,6 +52,11 @@ def test_partial_never_exceeds_strict_ceiling():
         ("<think>a</think>", 0.0, 0.5),
         ("<think><think>a</think></think><answer>1</answer>", 1.0, 0.5),
         ("", 0.0, 0.0),
+        # adversarial: the thought inside the answer, the tags out of order
+        ("<answer><think></think>9</answer>", 0.0, 0.5),
+        ("<answer>9</answer><think>", 0.0, 0.25 - 0.001 * len("<think>")),
+        ("<answer>9</answer><think>x</think>", 0.0, 0.5 - 0.001 * len("<think>x</think>")),
+        ("</think>x<think><answer>9</answer>", 0.0, 0.25),
     ],
 )
 def test_lenient_format_and_tag_count(completion, lenient, tag_count):

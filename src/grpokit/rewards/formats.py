@@ -6,9 +6,9 @@ from grpokit.parsing import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     MAX_COMPLETION_CHARS,
-    TAGS,
-    extract_answer,
-    extract_think,
+    THINK_CLOSE,
+    THINK_OPEN,
+    answer_after_thought,
     is_strict_format,
     tag_counts,
 )
@@ -32,14 +32,18 @@ def make_format(task: Task) -> Reward:
 
 @register_reward("format_lenient")
 def make_format_lenient(task: Task) -> Reward:
-    """1.0 when a thought is followed by a non-empty answer outside it, whatever text surrounds them.
+    """1.0 when a closed thought is followed by a non-empty answer outside it, whatever text surrounds them.
 
     >>> make_format_lenient(None)("Sure! <think>x</think> <answer>6</answer> Done.", {})
     1.0
+    >>> make_format_lenient(None)("<answer>6</answer><think>", {})  # tags out of order
+    0.0
     """
 
     def format_lenient_reward(completion: str, example: dict) -> float:
-        return 1.0 if extract_think(completion) is not None and extract_answer(completion) else 0.0
+        text = completion[:MAX_COMPLETION_CHARS]
+        closed = text.find(THINK_OPEN) != -1 and text.find(THINK_OPEN) < text.find(THINK_CLOSE)
+        return 1.0 if closed and answer_after_thought(text) else 0.0
 
     return format_lenient_reward
 
@@ -48,7 +52,9 @@ def make_format_lenient(task: Task) -> Reward:
 def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
     """0.25 per tag that appears exactly once, less `trailing_penalty` per character after `</answer>`.
 
-    A repeated tag or an empty answer earns nothing, so tag spam cannot farm it; the result stays in [0, 1].
+    A repeated tag earns nothing, so tag spam cannot farm it. The answer tags earn only around a
+    non-empty answer that comes after every thought tag (not inside, before or around the thought),
+    and `</think>` only after `<think>`. The result stays in [0, 1].
 
     >>> make_tag_count(None)("<think>x</think><answer>6</answer>" + "!" * 100, {})
     0.9
@@ -57,10 +63,12 @@ def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
         raise ValueError(f"trailing_penalty={trailing_penalty}; it must be >= 0")
 
     def tag_count_reward(completion: str, example: dict) -> float:
-        counts = tag_counts(completion)
-        score = sum(0.25 for tag in TAGS if counts[tag] == 1)
-        if counts[ANSWER_OPEN] == 1 and not extract_answer(completion):  # `<answer></answer>` says nothing
-            score -= 0.25 * (counts[ANSWER_CLOSE] == 1) + 0.25
+        text = completion[:MAX_COMPLETION_CHARS]
+        counts = tag_counts(text)
+        score = 0.25 * (counts[THINK_OPEN] == 1)
+        score += 0.25 * (counts[THINK_CLOSE] == 1 and text.find(THINK_OPEN) < text.find(THINK_CLOSE))
+        if answer_after_thought(text):  # `<answer></answer>` or an answer out of place says nothing
+            score += 0.25 * (counts[ANSWER_OPEN] == 1) + 0.25 * (counts[ANSWER_CLOSE] == 1)
         if counts[ANSWER_CLOSE] >= 1:
             trailing = completion[:MAX_COMPLETION_CHARS].rsplit(ANSWER_CLOSE, 1)[1].strip()
             score -= trailing_penalty * len(trailing)

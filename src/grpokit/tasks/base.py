@@ -26,6 +26,9 @@ class Task:
     name: ClassVar[str]
     config_class: ClassVar[type]
     system_prompt: ClassVar[str] = DEFAULT_SYSTEM_PROMPT
+    # True when scoring runs a verifier in the sandbox worker (grpokit.sandbox), which needs the
+    # kernel's confinement or the recipe's sandbox.allow_unconfined.
+    uses_sandbox: bool = False
 
     def __init__(self, config: Any) -> None:
         config.validate()
