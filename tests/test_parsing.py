@@ -93,6 +93,9 @@ REASONING = Tags(think="reasoning")
         ("<reasoning>it is <answer>6</answer></reasoning>", None, False),  # inside the thought does not count
         ("<reasoning>never closed <answer>6</answer>", None, False),
         ("<reasoning>a</reasoning><answer>3</answer><answer>6</answer>", "6", False),
+        ("<answer>6</answer><reasoning>", None, False),  # an answer before the thought does not count
+        ("<answer><reasoning></reasoning>6</answer>", None, False),  # nor one with the thought inside it
+        ("<think>x</think><answer>6</answer><think>", "6", False),  # <think> is plain text in these tags
     ],
 )
 def test_a_recipes_tags_are_the_ones_parsed(text, answer, strict):

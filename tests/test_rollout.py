@@ -43,6 +43,32 @@ def test_top_1_sampling_equals_greedy_generate(model_and_tokenizer):
     assert any(len(row) < 12 for row in got) and any(len(row) == 12 for row in got)
 
 
+def test_a_shared_prompt_prefix_is_forwarded_once_with_the_same_result(model_and_tokenizer, monkeypatch):
+    """Prompts of one chat template share their system prompt: forwarded once, the samples do not change."""
+    import grpokit.rollout as rollout
+
+    model, tokenizer = model_and_tokenizer
+    head = [5, 9, 13, 2, 7, 3, 11, 4, 6, 8]  # a common prefix of 10 tokens, then suffixes of 1 to 4 tokens
+    prompts = [[*head, 20, 21], [*head, 20, 21], [*head, 30], [*head, 40, 41, 42, 43]]
+    eos = [tokenizer.eos_token_id]
+    expected = greedy_reference(model, tokenizer, prompts, 8, eos)
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: calls.append(kw["input_ids"].shape) or forward(*a, **kw))
+    got = sample(model, prompts, SamplingSettings(max_new_tokens=8, top_k=1), eos_ids=eos, pad_id=0)
+    assert got == expected
+    assert calls[0] == (1, 10) and calls[1] == (3, 4)  # the prefix once, then each distinct prompt's own tokens
+    # The logits that start decoding equal each prompt's own forward pass.
+    distinct = [prompts[0], prompts[2], prompts[3]]
+    with torch.no_grad():
+        _, logits, mask = rollout._prefill(model, distinct, 0, torch.device("cpu"), rollout._cache_argument(model))
+        alone = torch.cat([forward(input_ids=torch.tensor([p])).logits[:, -1] for p in distinct])
+    torch.testing.assert_close(logits, alone, rtol=1e-4, atol=1e-4)
+    assert mask.sum(1).tolist() == [len(p) for p in distinct]
+    monkeypatch.setattr(rollout, "SHARED_PREFIX_MIN", 11)  # below the threshold: the plain path, same samples
+    assert sample(model, prompts, SamplingSettings(max_new_tokens=8, top_k=1), eos_ids=eos, pad_id=0) == expected
+
+
 def scripted_draws(monkeypatch, script):
     """Make the sampler draw `script` in order (one row), whatever the logits say."""
     import grpokit.rollout as rollout

@@ -1,44 +1,89 @@
 import os
+import textwrap
 import threading
 
 import pytest
 
-from grpokit.sandbox import Sandbox, SandboxError, SandboxTimeout
+from grpokit import confine, sandbox
+from grpokit.sandbox import Sandbox, SandboxError, SandboxRefused, SandboxTimeout
+
+ROOT = os.geteuid() == 0
 
 
 @pytest.fixture(scope="module")
 def box():
-    with Sandbox(preload=()) as sandbox:
-        yield sandbox
+    with Sandbox(preload=()) as sandbox_:
+        yield sandbox_
 
 
-def test_calls_return_results_and_errors_are_reported(box):
+def test_calls_return_plain_data_and_errors_are_reported(box):
     assert box.call("operator:add", 2, 3) == 5
+    assert box.call("builtins:sorted", [3, 1, 2]) == [1, 2, 3]
     with pytest.raises(SandboxError, match="ZeroDivisionError"):
         box.call("operator:truediv", 1, 0)
-    assert box.call("operator:mul", 4, 5) == 20  # the worker lives on after an error
+    with pytest.raises(SandboxError, match="unserialisable|not JSON serializable"):
+        box.call("builtins:object")  # a reply that is not plain data is refused, never pickled
+    with pytest.raises(SandboxError, match="not plain JSON"):
+        box.call("operator:add", object(), 1)
+    assert box.call("operator:mul", 4, 5) == 20  # the worker lives on after errors
+
+
+def test_score_accepts_only_a_finite_number_in_bounds(box):
+    assert box.score("builtins:abs", -1) == 1.0
+    assert box.score("builtins:bool", 1) == 1.0
+    for function, args in (("builtins:float", ("nan",)), ("builtins:str", (1,)), ("builtins:abs", (-2,))):
+        with pytest.raises(SandboxError):
+            box.score(function, *args)
+    assert box.score("builtins:abs", -2, bounds=(0.0, 2.0)) == 2.0
+
+
+def test_the_kernel_mechanisms_hold_here(box):
+    """CI runs as root on this kernel: every mechanism must be in force, not merely asked for."""
+    held = box.confinement
+    problem = confine.seccomp_problem()
+    if problem or not confine.landlock_abi():
+        pytest.skip(f"this kernel lacks a mechanism: seccomp={problem or 'ok'}, Landlock ABI {confine.landlock_abi()}")
+    assert held.complete, held
+    assert held.seccomp and held.landlock_abi >= 1 and held.no_new_privs
+    assert box.call("os:getuid") == (confine.NOBODY if ROOT else os.getuid())
+    assert box.call("os:getgroups") == ([] if ROOT else os.getgroups())
+    assert box.call("os:getenv", "PATH") is None and box.call("os:getenv", "HOME") is None
 
 
 @pytest.mark.parametrize(
-    ("function", "args", "blocked"),
+    ("function", "args"),
     [
-        ("os:system", ("touch pwned.txt",), "os.system"),
-        ("subprocess:run", (["touch", "pwned.txt"],), "subprocess.Popen"),
-        ("builtins:open", ("pwned.txt", "w"), "writing 'pwned.txt'"),
-        ("os:remove", ("anything",), "os.remove"),
-        ("socket:create_connection", (("127.0.0.1", 9),), "socket"),
-        ("ctypes:CDLL", ("libc.so.6",), "ctypes"),
+        ("subprocess:run", (["touch", "/tmp/grpokit-pwned-sub"],)),
+        ("os:posix_spawn", ("/usr/bin/touch", ["touch", "/tmp/grpokit-pwned-spawn"], {})),
+        ("os:fork", ()),
+        ("builtins:open", ("/tmp/grpokit-pwned-open", "w")),
+        ("os:mkdir", ("/tmp/grpokit-pwned-dir",)),
+        ("socket:create_connection", (("127.0.0.1", 9),)),
+        ("socket:socket", ()),
+        ("builtins:open", ("/etc/passwd",)),
+        ("os:listdir", ("/root",)),
+        ("os:kill", (os.getpid(), 15)),
     ],
 )
-def test_the_worker_refuses_side_effects(box, function, args, blocked, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SandboxError, match=blocked):
+def test_the_worker_refuses_side_effects(box, function, args):
+    with pytest.raises(SandboxError, match="PermissionError|Operation not permitted|Permission denied"):
         box.call(function, *args)
-    assert not (tmp_path / "pwned.txt").exists()
+    assert not any(name.startswith("grpokit-pwned") for name in os.listdir("/tmp"))
 
 
-def test_a_hung_call_is_cut_off_from_any_thread_and_the_worker_restarts(box):
+def test_os_system_cannot_start_a_shell(box):
+    assert box.call("os:system", "touch /tmp/grpokit-pwned-system") != 0  # glibc's 127: no process
+    assert not os.path.exists("/tmp/grpokit-pwned-system")
+
+
+def test_threads_cannot_start_in_a_call(box):
+    with pytest.raises(SandboxError, match="can't start new thread"):
+        box.call("builtins:exec", "import threading; t = threading.Thread(target=print); t.start()")
+
+
+def test_a_hung_call_is_cut_off_from_any_thread_without_restarting_the_worker(box):
     errors = []
+    restarts = box.restarts
 
     def hang():
         try:
@@ -50,11 +95,12 @@ def test_a_hung_call_is_cut_off_from_any_thread_and_the_worker_restarts(box):
     thread.start()
     thread.join(timeout=20)
     assert not thread.is_alive() and len(errors) == 1, "the timeout must hold off the main thread"
-    restarts = box.restarts
     assert box.call("operator:add", 1, 1) == 2 and box.restarts == restarts
+    with pytest.raises(SandboxTimeout):  # a busy loop in C is killed as well
+        box.call("builtins:exec", "while True: pass", timeout=0.5)
 
 
-def test_a_worker_that_dies_is_reported_and_replaced(box):
+def test_a_call_that_dies_is_reported_and_the_next_one_works(box):
     with pytest.raises(SandboxError, match="died"):
         box.call("os:_exit", 3)
     assert box.call("operator:add", 1, 2) == 3
@@ -71,10 +117,99 @@ def test_prints_do_not_corrupt_the_protocol(box):
     assert box.call("operator:add", 2, 2) == 4
 
 
-def test_worker_directory_is_removed_on_close():
-    sandbox = Sandbox(preload=())
-    sandbox.call("operator:add", 1, 1)
-    workdir = sandbox._workdir
-    assert workdir and os.path.isdir(workdir)
-    sandbox.close()
-    assert not os.path.exists(workdir)
+def test_what_a_call_changes_dies_with_it(box):
+    """A call that rebinds a verifier cannot change the next call: each runs in a fresh child."""
+    box.call("builtins:exec", "import operator; operator.add = lambda a, b: 1.0")
+    assert box.call("operator:add", 2, 2) == 4
+
+
+# ---------------------------------------------------------------- the protocol against a lying worker
+
+FAKE_WORKER = """
+import json, os, pickle, sys
+config = json.loads(sys.stdin.buffer.readline())
+complete = {{"seccomp": True, "landlock_abi": 7, "uid": 65534, "no_new_privs": True, "notes": []}}
+hello = {{"ready": True, "confinement": {{**complete, **{missing}}}}}
+sys.stdout.buffer.write(json.dumps(hello).encode() + b"\\n"); sys.stdout.buffer.flush()
+marker = {marker!r}
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {{marker}}-$PPID",))
+
+for line in sys.stdin.buffer:
+    request = json.loads(line)
+    reply = {reply}
+    sys.stdout.buffer.write(reply if isinstance(reply, bytes) else json.dumps(reply).encode() + b"\\n")
+    sys.stdout.buffer.flush()
+"""
+
+
+def fake_box(tmp_path, monkeypatch, reply: str, missing: str = "{}", **kwargs) -> Sandbox:
+    script = tmp_path / "fake_worker.py"
+    marker = str(tmp_path / "pwned-by-reply")
+    script.write_text(textwrap.dedent(FAKE_WORKER.format(missing=missing, marker=marker, reply=reply)))
+    monkeypatch.setattr(sandbox, "WORKER", script)
+    return Sandbox(preload=(), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "pickle.dumps(('ok', 1.0))",
+        "pickle.dumps(Payload())",
+        "len(pickle.dumps(Payload())).to_bytes(4, 'big') + pickle.dumps(Payload())",  # the old frame format
+        "{'id': request['id'] + 1, 'ok': True, 'value': 1.0}",  # a reply to another request
+        'b\'{"id": %d, "ok": true, "value": NaN}\\n\' % request[\'id\']',
+        "{'id': request['id'], 'ok': True, 'value': 2.0}",
+        "{'id': request['id'], 'ok': True, 'value': '1.0'}",
+        "{'id': request['id'], 'ok': 'yes', 'value': 1.0}",
+        "{'id': request['id'], 'ok': False}",
+        "b'{' * 100000 + b'\\n'",
+        "b'1' * (1 << 22)",
+    ],
+)
+def test_forged_and_pickled_replies_score_zero_and_run_nothing(reply, tmp_path, monkeypatch):
+    from grpokit.tasks import math_problems
+
+    box = fake_box(tmp_path, monkeypatch, reply)
+    monkeypatch.setattr(math_problems, "shared_sandbox", lambda: box)
+    try:
+        assert math_problems.math_score("42", "42") == 0.0
+        with pytest.raises(SandboxError):
+            box.score("grpokit.scorers:math_equal", "42", "42")
+    finally:
+        box.close()
+    assert not list(tmp_path.glob("pwned-by-reply*")), "a reply ran code in the trainer"
+
+
+def test_a_worker_without_its_confinement_is_refused_unless_the_recipe_opts_in(tmp_path, monkeypatch):
+    reply = "{'id': request['id'], 'ok': True, 'value': 1.0}"
+    box = fake_box(tmp_path, monkeypatch, reply, missing='{"seccomp": False}', allow_unconfined=False)
+    with pytest.raises(SandboxRefused, match=r"lacks seccomp .*sandbox.allow_unconfined"):
+        box.call("operator:add", 1, 1)
+    with pytest.raises(SandboxRefused):  # refused at once from then on, no worker started again
+        box.call("operator:add", 1, 1)
+    opted_in = fake_box(tmp_path, monkeypatch, reply, missing='{"seccomp": False}', allow_unconfined=True)
+    assert opted_in.score("operator:add", 1, 1) == 1.0
+    opted_in.close()
+
+
+def test_env_reports_the_mechanisms(capsys):
+    from grpokit.cli import main
+
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "sandbox worker confinement:" in out and "seccomp: " in out and "Landlock: " in out
+
+
+def test_a_recipe_is_refused_where_confinement_is_missing(monkeypatch):
+    from grpokit.config import RecipeError, build_recipe
+
+    monkeypatch.setattr(confine, "missing_here", lambda: ["Landlock"])
+    raw = {"task": {"name": "math", "params": {"source": "data/word_problems.jsonl"}}, "rewards": [{"name": "format"}]}
+    with pytest.raises(RecipeError, match="lacks Landlock .*sandbox.allow_unconfined"):
+        build_recipe(raw)
+    build_recipe({**raw, "sandbox": {"allow_unconfined": True}})
+    sandbox.allow_unconfined(False)
+    build_recipe({**raw, "task": {"name": "arithmetic"}})  # a task that never uses the sandbox

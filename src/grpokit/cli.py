@@ -237,9 +237,11 @@ def cmd_serve_rollouts(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from grpokit import launch
+    from grpokit import confine, launch
 
     print("\n".join(launch.environment()))
+    print("sandbox worker confinement:")
+    print("\n".join(f"  {line}" for line in confine.probe()))
     return 0
 
 
@@ -254,8 +256,35 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
     gym = available_datasets()
     if gym:
-        print(f"\nreasoning-gym datasets ({len(gym)}), for task reasoning_gym's params.dataset:\n  " + " ".join(gym))
+        print(f"\nreasoning-gym datasets ({len(gym)}), for task reasoning_gym's params.dataset, by scoring path:")
+        for path, line in scoring_paths(gym):
+            print(f"  {path}: {line}")
     return 0
+
+
+def scoring_paths(datasets: list[str]) -> list[tuple[str, str]]:
+    """Which reasoning-gym datasets are scored how (see grpokit.scorers.GYM_PATHS)."""
+    import importlib.metadata
+
+    from grpokit.scorers import AUDITED_GYM_VERSION, gym_path
+
+    version = importlib.metadata.version("reasoning-gym")
+    confined = "scorer reads the answer as data" + (
+        f" (audited for {AUDITED_GYM_VERSION}; {version} is installed: treat as unknown)"
+        if version != AUDITED_GYM_VERSION
+        else ""
+    )
+    titles = {
+        "ast": "grpokit's AST evaluator in the trainer; reasoning-gym's parse_expr never sees the answer",
+        "sympy": "sympy screen (digits, operators, one-letter symbols, math functions), then the scorer, confined",
+        "literal": "Python-literal screen, then the scorer's eval, confined",
+        "confined": confined + "; run in the confined worker",
+    }
+    out = []
+    for path, title in titles.items():
+        names = [d for d in datasets if gym_path(d) == path]
+        out.append((path, f"{title}\n      " + " ".join(names)))
+    return out
 
 
 def cmd_rewards(args: argparse.Namespace) -> int:

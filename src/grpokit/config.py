@@ -332,6 +332,17 @@ class StageSection:
 
 
 @dataclass
+class SandboxSection:
+    """Verifiers that evaluate expressions run in a confined worker (grpokit.sandbox). Where this
+    kernel lacks seccomp or Landlock (`grpokit env` says), such tasks are refused unless this opts in."""
+
+    allow_unconfined: bool = False
+
+    def validate(self) -> None:
+        pass
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     lora: LoraSection = field(default_factory=LoraSection)
@@ -343,6 +354,7 @@ class Recipe:
     output: OutputSection = field(default_factory=OutputSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
     rollout: RolloutSection = field(default_factory=RolloutSection)
+    sandbox: SandboxSection = field(default_factory=SandboxSection)
     dynamic_sampling: DynamicSamplingSection = field(default_factory=DynamicSamplingSection)
     curriculum: CurriculumSection = field(default_factory=CurriculumSection)
     # Empty: a cold start (when cold_start.enabled) then one GRPO stage, the single-stage recipe.
@@ -487,12 +499,20 @@ def validate_recipe(recipe: Recipe) -> None:
 
 def _validate_stage(recipe: Recipe, kind: str) -> None:
     # Imported here: the registries import torch-free modules only, but they need the task classes.
+    from grpokit import confine, sandbox
     from grpokit.rewards import REWARDS, get_reward_factory
     from grpokit.tasks import build_task
 
     for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
         section.validate()
+    sandbox.allow_unconfined(recipe.sandbox.allow_unconfined)
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+    missing = confine.missing_here() if task.uses_sandbox and not recipe.sandbox.allow_unconfined else []
+    if missing:
+        raise RecipeError(
+            f"task {task.name!r} scores in the sandbox worker, which lacks {', '.join(missing)} on this machine "
+            "(see grpokit env); install them, or set sandbox.allow_unconfined: true to score without"
+        )
     if kind == "sft":
         if task.demonstration(task.example("train", 0)) is None:
             raise RecipeError(f"task {task.name!r} cannot write demonstrations, so it has no sft stage")
@@ -500,7 +520,7 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
     curriculum = recipe.curriculum
     if curriculum.param is not None:
         for value in curriculum.levels:
-            build_task(recipe.task.name, {**recipe.task.params, curriculum.param: value})
+            build_task(recipe.task.name, {**recipe.task.params, curriculum.param: value}, recipe.task.tags)
         if curriculum.reward not in [spec.name for spec in recipe.rewards]:
             raise RecipeError(f"curriculum.reward={curriculum.reward!r} is not one of the stage's rewards")
     if recipe.dynamic_sampling.enabled and recipe.launch.processes > 1:

@@ -4,7 +4,9 @@ R1-zero format: ``<think>reasoning</think><answer>final answer</answer>``. The t
 setting (`task.tags`): every function takes `tags`, e.g. ``Tags(think="reasoning")`` for
 ``<reasoning>…</reasoning><answer>…</answer>``; the default is `THINK_TAGS`.
 
-- An answer written inside ``<think>`` does not count; neither does one after an unclosed ``<think>``.
+- An answer written inside ``<think>`` does not count; neither does one after an unclosed ``<think>``,
+  one before a thought tag (``<answer>9</answer><think>``), nor one with a tag inside it
+  (``<answer><think></think>9</answer>``).
 - Several answer blocks: ``which="last"`` (default) or ``"first"`` picks one, so hedging with several
   guesses earns nothing; strict format rejects them outright.
 - Chat templates that prefill ``<think>`` in the generation prompt: the completion then starts inside
@@ -121,13 +123,34 @@ def parse_completion(text: str, which: Literal["last", "first"] = "last", tags: 
 
 
 def extract_answer(text: str, which: Literal["last", "first"] = "last", tags: Tags = THINK_TAGS) -> str | None:
-    text = text[:MAX_COMPLETION_CHARS]
-    think_block, answer_block, _ = _patterns(tags)
-    outside_think = think_block.sub(" ", text)
-    blocks = answer_block.findall(outside_think)
+    blocks = answer_blocks(text, tags)
     if not blocks:
         return None
-    return (blocks[-1] if which == "last" else blocks[0]).strip()
+    return (blocks[-1] if which == "last" else blocks[0])[1]
+
+
+def answer_blocks(text: str, tags: Tags = THINK_TAGS) -> list[tuple[int, str]]:
+    """(offset, stripped text) of each answer block after every (closed) thought, with no tag inside."""
+    text = text[:MAX_COMPLETION_CHARS]
+    think_block, answer_block, _ = _patterns(tags)
+    thoughts = [m.span() for m in think_block.finditer(text)]
+    last_thought_tag = max(text.rfind(tags.think_open), text.rfind(tags.think_close))
+    return [
+        (match.start(), match.group(1).strip())
+        for match in answer_block.finditer(text)
+        if match.start() > last_thought_tag
+        and not any(start < match.end() and match.start() < end for start, end in thoughts)
+        and not any(tag in match.group(1) for tag in tags.all)
+    ]
+
+
+def answer_after_thought(text: str, tags: Tags = THINK_TAGS) -> bool:
+    """True when there is a non-empty answer and every thought tag comes before it.
+
+    >>> [answer_after_thought(t) for t in ("<think>x</think><answer>9</answer>", "<answer>9</answer><think>")]
+    [True, False]
+    """
+    return bool(extract_answer(text, tags=tags))
 
 
 def extract_think(text: str, tags: Tags = THINK_TAGS) -> str | None:

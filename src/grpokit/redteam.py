@@ -1,9 +1,11 @@
 """`grpokit rewards check RECIPE`: try to game the recipe's rewards before a run spends hours on them.
 
 Each case is a completion that is wrong or degenerate by construction (an empty answer, tag spam, the
-answer only inside `<think>`, code injection, huge exponents, unicode digits, 100 KB of text, plus the
-task's own tricks). A case is a finding when its weighted reward beats an honest, well-formed wrong
-answer, when the task's verifier accepts it, when a reward raises, or when one call takes over a second.
+answer only inside `<think>` or tags out of order, code injection in plain and encoded forms, huge
+exponents, unicode digits, 100 KB of text, plus the task's own tricks). A case is a finding when its
+weighted reward beats an honest, well-formed wrong answer, when the task's verifier accepts it, when a
+reward raises, or when one call takes over a second. The honest wrong answer is checked to be wrong:
+if the task's verifier accepts it, no candidate is used and that is a finding of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +33,16 @@ class Finding:
         return f"{self.case}: {self.problem}\n    completion: {shown!r}"
 
 
+# Code a model could write to reach `eval`: plain, hex- and base64-encoded, chr joins, getattr chains.
+INJECTIONS = (
+    ("code injection", "__import__('os').system('true')"),
+    ("hex-encoded exec", "exec(bytes.fromhex('696d706f7274206f73').decode())"),
+    ("base64-encoded exec", "exec(__import__('base64').b64decode('aW1wb3J0IG9z'))"),
+    ("chr-joined eval", "eval(''.join(map(chr, [49, 43, 49])))"),
+    ("getattr chain", "getattr(getattr(1, chr(95)*2 + 'class' + chr(95)*2), 'mro')"),
+)
+
+
 def battery(task: Task, example: Example) -> list[tuple[str, str]]:
     """(name, completion) pairs in the task's tags; none of them is an honest correct answer."""
     answer = str(example["answer"])
@@ -39,13 +51,15 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
         ("no answer block", f"<think>the answer is {answer}</think>"),
         ("answer only inside <think>", f"<think><answer>{answer}</answer></think>"),
         ("answer after an unclosed <think>", f"<think>hmm <answer>{answer}</answer>"),
+        ("thought inside the answer", f"<answer><think></think>{answer}</answer>"),
+        ("answer before the thought", f"<answer>{answer}</answer><think>"),
         ("prose, no tags", f"The answer is {answer}."),
         ("tag spam", "<think></think>" * 50 + "<answer></answer>" * 50),
         (
             "several answers, the last one wrong",
-            f"<think>x</think><answer>{answer}</answer><answer>{_wrong_answer(example)}</answer>",
+            f"<think>x</think><answer>{answer}</answer><answer>{wrong_answer(task, example) or 'x'}</answer>",
         ),
-        ("code injection", "<think>x</think><answer>__import__('os').system('true')</answer>"),
+        *((name, f"<think>x</think><answer>{code}</answer>") for name, code in INJECTIONS),
         ("huge exponent", "<think>x</think><answer>9**9**9</answer>"),
         ("unicode digits", f"<think>x</think><answer>{answer.translate(_FULLWIDTH)}</answer>"),
         ("100 KB completion", "<think>" + "x" * 100_000 + f"</think><answer>{answer}</answer>"),
@@ -59,7 +73,11 @@ def check(
     """Run the battery on each example against `rewards` = [(name, weight, fn(completion, row))]."""
     findings: list[Finding] = []
     for example in examples:
-        honest_wrong = retag(f"<think>x</think><answer>{_wrong_answer(example)}</answer>", task.tags)
+        wrong = wrong_answer(task, example)
+        if wrong is None:
+            findings.append(Finding("honest wrong answer", "the verifier accepts every wrong candidate", ""))
+            continue
+        honest_wrong = retag(f"<think>x</think><answer>{wrong}</answer>", task.tags)
         baseline, _ = _total(rewards, honest_wrong, example, think_prefilled, task)
         for case, completion in battery(task, example):
             total, problems = _total(rewards, completion, example, think_prefilled, task)
@@ -100,9 +118,16 @@ def _safe_score(task: Task, completion: str, example: Example) -> float:
         return 0.0  # already reported through the correctness reward when it is in the recipe
 
 
-def _wrong_answer(example: Example) -> str:
+def wrong_answer(task: Task, example: Example) -> str | None:
+    """A well-formed answer that the task's own verifier rejects (appending a digit to `\\frac{33}{10}`
+    does not make it wrong: math-verify reads `\\frac{33}{10}1` as 33/10 times 1)."""
     answer = example["answer"]
-    return str(answer + 1) if isinstance(answer, int) else f"{answer}1"
+    candidates = [str(answer + 1)] if isinstance(answer, int) and not isinstance(answer, bool) else []
+    candidates += [f"{answer} + 1", "-1000001", "1000001"]
+    for candidate in candidates:
+        if _safe_score(task, retag(f"<think>x</think><answer>{candidate}</answer>", task.tags), example) == 0.0:
+            return candidate
+    return None
 
 
 def main(recipe: Any, n: int = 8) -> list[Finding]:

@@ -134,15 +134,8 @@ def sample(
     the row drew it. See `finished` for whether a row ended or was cut at `max_new_tokens`."""
     device = next(model.parameters()).device
     distinct, counts = group_runs(prompts)
-    width = max(len(p) for p in distinct)
-    ids = torch.full((len(distinct), width), pad_id, dtype=torch.long, device=device)
-    mask = torch.zeros_like(ids)
-    for row, p in enumerate(distinct):  # left padding, as generation expects
-        ids[row, width - len(p) :] = torch.tensor(p, device=device)
-        mask[row, width - len(p) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache, logits = _cache_of(out), out.logits[:, -1, :].float()  # [U, V]
+    cache_kwarg = _cache_argument(model)
+    cache, logits, mask = _prefill(model, distinct, pad_id, device, cache_kwarg)  # [U, V], [U, L]
 
     expand = torch.repeat_interleave(torch.arange(len(distinct), device=device), torch.tensor(counts, device=device))
     cache.reorder_cache(expand)  # each prompt's KV cache copied to its group's rows
@@ -152,7 +145,6 @@ def sample(
     produced: list[list[int]] = [[] for _ in range(rows)]
     eos = torch.tensor(list(eos_ids), device=device)
     stop_check = bool(settings.stop_texts) and tokenizer is not None
-    cache_kwarg = _cache_argument(model)
     tail = max((len(t) for t in settings.stop_texts), default=0)
 
     stopping = torch.zeros(rows, dtype=torch.bool, device=device)  # wrote a stop text: one last draw
@@ -189,6 +181,47 @@ def sample(
         )
         cache, logits = _cache_of(out), out.logits[:, -1, :].float()
     return produced
+
+
+SHARED_PREFIX_MIN = 8  # tokens: a shorter common prefix is prefilled with each prompt
+
+
+def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the token prefix every prompt starts with.
+
+    >>> common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
+    2
+    """
+    first, n = prompts[0], min(len(p) for p in prompts)
+    return next((i for i in range(n) if any(p[i] != first[i] for p in prompts[1:])), n)
+
+
+def _prefill(model: Any, distinct: list[list[int]], pad_id: int, device: Any, cache_kwarg: str) -> tuple:
+    """The KV cache, last-position logits [U, V] and attention mask [U, L] of the distinct prompts.
+
+    Prompts rendered from one chat template share their system prompt: a common prefix (say 45 of 60
+    tokens for every held-out problem) is forwarded once and its cache copied to every row; each row then
+    forwards only its own suffix, left-padded after the prefix (the mask hides the padding, and positions
+    follow the real tokens). Every row keeps at least its last token, whose logits start the decoding.
+    """
+    shared = min(common_prefix(distinct), min(len(p) for p in distinct) - 1) if len(distinct) > 1 else 0
+    shared = shared if shared >= SHARED_PREFIX_MIN else 0
+    past = {}
+    if shared:
+        out = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True, logits_to_keep=1)
+        cache = _cache_of(out)
+        cache.reorder_cache(torch.zeros(len(distinct), dtype=torch.long, device=device))
+        past = {cache_kwarg: cache}
+    width = max(len(p) for p in distinct) - shared
+    ids = torch.full((len(distinct), width), pad_id, dtype=torch.long, device=device)
+    own = torch.zeros_like(ids)
+    for row, p in enumerate(distinct):  # left padding, as generation expects
+        ids[row, width - (len(p) - shared) :] = torch.tensor(p[shared:], device=device)
+        own[row, width - (len(p) - shared) :] = 1
+    mask = torch.cat([torch.ones(len(distinct), shared, dtype=own.dtype, device=device), own], dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **past)
+    return _cache_of(out), out.logits[:, -1, :].float(), mask
 
 
 def finished(row: Sequence[int], eos_ids: Sequence[int], tokenizer: Any = None, stop_texts: Sequence[str] = ()) -> bool:

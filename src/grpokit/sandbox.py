@@ -1,84 +1,122 @@
-"""Score untrusted model output in a separate, locked-down worker process with a hard timeout.
+"""Score untrusted model output in a separate, confined worker process: the trainer's side.
 
-Some verifiers evaluate Python under the hood: sympy's `parse_expr` calls `eval`, and several
-reasoning-gym scorers hand the model's answer to it. math-verify bounds its own work with
-`signal.alarm`, which only works in a process's main thread; TRL calls reward functions from wherever
-it runs, so those timeouts would silently be off. grpokit therefore runs such verifiers in one
-long-lived worker process:
+Some verifiers evaluate Python under the hood (sympy's `parse_expr` calls `eval`, and so do several
+reasoning-gym scorers), and math-verify's timeouts need a main thread. grpokit screens model text
+before any such verifier sees it (`grpokit.scorers`), and runs the verifiers in one long-lived worker
+(`grpokit.sandbox_worker`, the confined side), which forks a fresh, further-confined child per call.
 
-- the parent waits at most `timeout` seconds per call; a worker that overruns is killed and restarted
-  lazily, and the call raises `SandboxTimeout`;
-- the worker runs each call in its own main thread (so math-verify's own timeouts work there too),
-  in an empty temporary directory, with a memory cap, no new processes (RLIMIT_NPROC 0), and an audit
-  hook that refuses process creation, writing or deleting files, sockets and ctypes;
-- calls name a trusted function as "module:function"; only the arguments come from the model.
+This side holds three promises:
+- **Plain data.** Requests and replies are JSON lines; a reply is checked for its request id and
+  shape, and `score` accepts only a finite number within the caller's bounds. Nothing the worker
+  sends is unpickled or evaluated, so nothing it sends can run code here.
+- **Time.** The worker kills a call's child at its timeout; if the worker itself falls silent, this
+  side kills it and starts another on the next call.
+- **Confinement or refusal.** The worker reports which kernel mechanisms held (`grpokit.confine`).
+  When one is missing the start-up log says which, and calls are refused unless the recipe opts in
+  (`sandbox.allow_unconfined: true`).
 
->>> with Sandbox() as box:
+>>> with Sandbox(preload=()) as box:
 ...     box.call("operator:add", 2, 3)
 5
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import importlib.util
+import json
+import logging
+import math
 import os
-import pickle
 import select
-import shutil
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
+from grpokit.confine import Confinement
+
+logger = logging.getLogger(__name__)
+
 DEFAULT_TIMEOUT = 5.0
+START_TIMEOUT = 180.0  # preloading math-verify and reasoning-gym on a busy 2-core machine
 MEMORY_LIMIT_BYTES = 4 * 1024**3
-_HEADER = struct.Struct("!I")
+MAX_LINE_BYTES = 1 << 21
+WORKER = Path(__file__).with_name("sandbox_worker.py")
+_allow_unconfined = False
 
 
 class SandboxError(RuntimeError):
-    """The worker failed to answer: it crashed, or the function raised (the message says which)."""
+    """The call failed: the function raised, its child died, or the reply was not acceptable."""
 
 
 class SandboxTimeout(SandboxError):
-    """The call ran past its timeout; the worker was killed and will be restarted on the next call."""
+    """The call ran past its timeout; its process was killed."""
+
+
+class SandboxRefused(SandboxError):
+    """The worker is not fully confined on this machine and the recipe did not opt in."""
+
+
+def allow_unconfined(allowed: bool) -> None:
+    """The recipe's `sandbox.allow_unconfined`: run verifiers even where a kernel mechanism is missing."""
+    global _allow_unconfined
+    _allow_unconfined = bool(allowed)
 
 
 class Sandbox:
-    """A restartable worker process. Thread-safe: calls from several threads are served one at a time."""
+    """A restartable confined worker. Thread-safe: calls from several threads are served one at a time."""
 
-    def __init__(self, memory_limit: int = MEMORY_LIMIT_BYTES, preload: tuple[str, ...] = ("math_verify",)) -> None:
+    def __init__(
+        self,
+        memory_limit: int = MEMORY_LIMIT_BYTES,
+        preload: tuple[str, ...] = ("math_verify",),
+        allow_unconfined: bool | None = None,
+    ) -> None:
         self.memory_limit = memory_limit
-        # Libraries the worker imports before it locks down (imports may load native code, which the
-        # locked-down worker refuses).
-        self.preload = tuple(preload)
+        self.preload = tuple(preload)  # imported (and warmed up) before the worker confines itself
+        self.allow_unconfined = allow_unconfined
+        self.confinement: Confinement | None = None
+        self.restarts = 0  # workers killed because they fell silent or broke the protocol
         self._proc: subprocess.Popen | None = None
-        self._workdir: str | None = None
+        self._refused: str | None = None  # why this machine cannot confine the worker, once known
+        self._buffer = b""
+        self._next_id = 0
         self._lock = threading.Lock()
-        self.restarts = 0  # workers killed after a timeout or a crash
 
     def call(self, function: str, *args: Any, timeout: float = DEFAULT_TIMEOUT) -> Any:
-        """Run `module:function(*args)` in the worker and return its result."""
+        """Run `module:function(*args)` in a confined child and return its JSON result."""
         with self._lock:
             proc = self._ensure_started()
+            self._next_id += 1
+            request = {"id": self._next_id, "function": function, "args": list(args), "timeout": timeout}
             try:
-                _send(proc.stdin, (function, args))
-                status, value = _receive(proc.stdout, timeout)
-            except SandboxTimeout:
-                self._kill()
-                self.restarts += 1
-                raise SandboxTimeout(f"{function} ran past {timeout:g} s; the sandbox worker was restarted") from None
-            except (OSError, EOFError, pickle.UnpicklingError) as err:
+                data = json.dumps(request, allow_nan=False).encode() + b"\n"
+            except (TypeError, ValueError) as err:
+                raise SandboxError(f"{function}: arguments are not plain JSON data: {err}") from None
+            try:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+                reply = self._read_reply(proc, time.monotonic() + timeout + 10.0)
+            except (OSError, ValueError, SandboxError) as err:
                 code = proc.poll()
                 self._kill()
                 self.restarts += 1
-                raise SandboxError(f"{function}: sandbox worker died (exit code {code}): {err}") from None
-        if status == "error":
-            raise SandboxError(f"{function} raised {value}")
-        return value
+                raise SandboxError(f"{function}: sandbox worker failed (exit code {code}): {err}") from None
+        if reply["ok"]:
+            return reply["value"]
+        if reply["kind"] == "timeout":
+            raise SandboxTimeout(f"{function} ran past {timeout:g} s; its process was killed")
+        raise SandboxError(f"{function}: {reply['error']}" + (" (its process died)" if reply["kind"] == "died" else ""))
+
+    def score(
+        self, function: str, *args: Any, bounds: tuple[float, float] = (0.0, 1.0), timeout: float = DEFAULT_TIMEOUT
+    ) -> float:
+        """`call` for a verifier: the reply must be a finite number within `bounds`, or this raises."""
+        value = self.call(function, *args, timeout=timeout)
+        if type(value) not in (bool, int, float) or not math.isfinite(value) or not bounds[0] <= value <= bounds[1]:
+            raise SandboxError(f"{function} replied {str(value)[:80]!r}; expected a number in {list(bounds)}")
+        return float(value)
 
     def close(self) -> None:
         with self._lock:
@@ -93,17 +131,67 @@ class Sandbox:
     def _ensure_started(self) -> subprocess.Popen:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
-        self._workdir = tempfile.mkdtemp(prefix="grpokit-sandbox-")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "grpokit.sandbox", str(self.memory_limit), ",".join(self.preload)],
+        if self._refused:
+            raise SandboxRefused(self._refused)
+        self._buffer = b""
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", str(WORKER)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            cwd=self._workdir,
-            env=env,
+            cwd="/",
+            env={},  # the trainer's tokens and keys stay here
         )
-        return self._proc
+        self._proc = proc
+        config = {"path": [p for p in sys.path if p], "preload": list(self.preload), "memory_limit": self.memory_limit}
+        try:
+            proc.stdin.write(json.dumps(config).encode() + b"\n")
+            proc.stdin.flush()
+            hello = json.loads(self._read_line(proc, time.monotonic() + START_TIMEOUT))
+            self.confinement = Confinement(**{**hello["confinement"], "notes": tuple(hello["confinement"]["notes"])})
+        except (OSError, ValueError, KeyError, TypeError, SandboxError) as err:
+            self._kill()
+            raise SandboxError(f"the sandbox worker did not start: {err}") from None
+        missing = self.confinement.missing()
+        allowed = _allow_unconfined if self.allow_unconfined is None else self.allow_unconfined
+        if missing:
+            logger.warning(
+                "sandbox worker is missing %s on this machine%s", ", ".join(missing),
+                "; running anyway (sandbox.allow_unconfined)" if allowed else "; verifiers that need it are refused",
+            )  # fmt: skip
+            if not allowed:
+                self._kill()
+                self._refused = (
+                    f"the sandbox lacks {', '.join(missing)} here (see grpokit env); "
+                    "set sandbox.allow_unconfined: true in the recipe to score anyway"
+                )
+                raise SandboxRefused(self._refused)
+        return proc
+
+    def _read_reply(self, proc: subprocess.Popen, deadline: float) -> dict:
+        reply = json.loads(self._read_line(proc, deadline), parse_constant=_reject_constant)
+        if not isinstance(reply, dict) or reply.get("id") != self._next_id or not isinstance(reply.get("ok"), bool):
+            raise SandboxError(f"malformed reply {str(reply)[:80]!r}")
+        if not reply["ok"] and (reply.get("kind") not in ("timeout", "error", "died") or "error" not in reply):
+            raise SandboxError(f"malformed error reply {str(reply)[:80]!r}")
+        return reply
+
+    def _read_line(self, proc: subprocess.Popen, deadline: float) -> bytes:
+        fd = proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise SandboxError("the worker fell silent")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise SandboxError("the worker closed its pipe")
+            self._buffer += chunk
+            if not self._buffer.startswith(b"{"):  # e.g. a pickle: refused unread, never waited out
+                raise SandboxError("the reply is not a JSON object")
+            if len(self._buffer) > MAX_LINE_BYTES:
+                raise SandboxError("reply too long")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -114,9 +202,10 @@ class Sandbox:
                 if stream is not None:
                     stream.close()
             self._proc = None
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a finite number")
 
 
 _shared: Sandbox | None = None
@@ -129,129 +218,9 @@ def shared_sandbox() -> Sandbox:
     with _shared_lock:
         if _shared is None:
             import atexit
+            import importlib.util
 
             preload = tuple(m for m in ("math_verify", "reasoning_gym") if importlib.util.find_spec(m) is not None)
             _shared = Sandbox(preload=preload)
             atexit.register(_shared.close)
         return _shared
-
-
-def _send(stream: Any, message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
-
-
-def _receive(stream: Any, timeout: float | None) -> Any:
-    if timeout is not None:
-        ready, _, _ = select.select([stream], [], [], timeout)
-        if not ready:
-            raise SandboxTimeout
-    header = _read_exactly(stream, _HEADER.size)
-    return pickle.loads(_read_exactly(stream, _HEADER.unpack(header)[0]))
-
-
-def _read_exactly(stream: Any, size: int) -> bytes:
-    chunks, remaining = [], size
-    while remaining:
-        chunk = stream.read(remaining)
-        if not chunk:
-            raise EOFError("sandbox worker closed its pipe")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-# ---------------------------------------------------------------- the worker side
-
-_BLOCKED_EVENTS = (
-    "os.system",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.fork",
-    "os.forkpty",
-    "os.kill",
-    "os.killpg",
-    "subprocess.Popen",
-    "os.remove",
-    "os.rename",
-    "os.rmdir",
-    "os.mkdir",
-    "os.chmod",
-    "os.chown",
-    "os.link",
-    "os.symlink",
-    "os.truncate",
-    "os.putenv",
-    "os.unsetenv",
-    "os.chdir",
-    "shutil.",
-    "socket.",
-    "ctypes.",
-    "pty.",
-    "webbrowser.",
-    "urllib.",
-    "http.",
-    "ftplib.",
-    "smtplib.",
-)
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-
-
-def _audit(event: str, args: tuple) -> None:
-    if event.startswith(_BLOCKED_EVENTS):
-        raise PermissionError(f"blocked in the grpokit sandbox: {event}")
-    if event == "open" and len(args) >= 3:
-        mode, flags = args[1], args[2]
-        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
-        if writes:
-            raise PermissionError(f"blocked in the grpokit sandbox: writing {args[0]!r}")
-
-
-def _lock_down(memory_limit: int) -> None:
-    import resource
-
-    for limit, value in ((resource.RLIMIT_AS, memory_limit), (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_FSIZE, 0)):
-        with contextlib.suppress(ValueError, OSError):  # not permitted here: the audit hook still applies
-            resource.setrlimit(limit, (value, value))
-    sys.dont_write_bytecode = True
-    sys.addaudithook(_audit)
-
-
-def _resolve(function: str) -> Any:
-    module, _, name = function.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _serve(memory_limit: int, preload: list[str]) -> None:
-    # The protocol owns the real stdout; anything a scorer prints goes to stderr (discarded).
-    protocol_out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    protocol_in = sys.stdin.buffer
-    from grpokit import scorers
-
-    for module in preload:
-        importlib.import_module(module)
-    scorers.warm_up(preload)  # runs each verifier once, so its lazy imports happen before the lock-down
-    _lock_down(memory_limit)
-    while True:
-        try:
-            function, args = _receive(protocol_in, None)
-        except EOFError:
-            return
-        try:
-            reply = ("ok", _resolve(function)(*args))
-        except BaseException as err:  # the parent decides what an error means; the worker lives on
-            if isinstance(err, KeyboardInterrupt):
-                return
-            reply = ("error", f"{type(err).__name__}: {err}"[:500])
-        try:
-            _send(protocol_out, reply)
-        except (pickle.PicklingError, TypeError) as err:
-            _send(protocol_out, ("error", f"unpicklable result: {err}"[:500]))
-
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m])

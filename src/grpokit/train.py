@@ -39,7 +39,7 @@ from grpokit.checkpoints import (
     complete_checkpoints,
     truncate_metrics,
 )
-from grpokit.config import Recipe, RecipeError, StageSection, plan_stages, stage_recipe
+from grpokit.config import Recipe, RecipeError, StageSection, build_recipe, plan_stages, stage_recipe
 from grpokit.evaluate import EvalResult, evaluate_recipe
 from grpokit.models import load_model
 from grpokit.tasks import build_task
@@ -223,7 +223,8 @@ def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tupl
     saved_path = run_dir / "recipe.yaml"
     if not saved_path.is_file():
         raise RecipeError(f"cannot resume {run_dir}: it has no recipe.yaml, so it is not a grpokit run directory")
-    saved = yaml.safe_load(saved_path.read_text(encoding="utf-8"))
+    # Through build_recipe, so sections a newer grpokit added (at their defaults) do not count as changes.
+    saved = build_recipe(yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}).to_dict()
     current = recipe.to_dict()
     changed = sorted(k for k in set(saved) | set(current) if k != "output" and saved.get(k) != current.get(k))
     if changed:

@@ -52,6 +52,11 @@ def test_partial_never_exceeds_strict_ceiling():
         ("<think>a</think>", 0.0, 0.5),
         ("<think><think>a</think></think><answer>1</answer>", 1.0, 0.5),
         ("", 0.0, 0.0),
+        # adversarial: the thought inside the answer, the tags out of order
+        ("<answer><think></think>9</answer>", 0.0, 0.5),
+        ("<answer>9</answer><think>", 0.0, 0.25 - 0.001 * len("<think>")),
+        ("<answer>9</answer><think>x</think>", 0.0, 0.5 - 0.001 * len("<think>x</think>")),
+        ("</think>x<think><answer>9</answer>", 0.0, 0.25),
     ],
 )
 def test_lenient_format_and_tag_count(completion, lenient, tag_count):
@@ -91,3 +96,24 @@ def test_the_whole_format_rewards_pay_nothing_for_the_other_thought_tag(name):
 
     assert make_reward(name, build_task("arithmetic", tags=Tags(think="reasoning")))(GOOD, {}) == 0.0
     assert make_reward(name, build_task("arithmetic"))(REASONED, {}) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("completion", "tag_count"),
+    [
+        ("<result><reasoning></reasoning>9</result>", 0.5),
+        ("<result>9</result><reasoning>", 0.25 - 0.001 * len("<reasoning>")),
+        ("<result>9</result><reasoning>x</reasoning>", 0.5 - 0.001 * len("<reasoning>x</reasoning>")),
+        ("</reasoning>x<reasoning><result>9</result>", 0.25),
+        ("<reasoning>a <result>1</result></reasoning>", 0.5 - 0.001 * len("</reasoning>")),
+    ],
+)
+def test_answers_inside_or_before_the_thought_earn_nothing_in_other_tags(completion, tag_count):
+    """Issue 14's ordering rules hold in a recipe's own tags."""
+    from grpokit.parsing import Tags
+    from grpokit.tasks import build_task
+
+    task = build_task("arithmetic", tags=Tags(think="reasoning", answer="result"))
+    assert make_reward("format", task)(completion, {}) == 0.0
+    assert make_reward("format_lenient", task)(completion, {}) == 0.0
+    assert make_reward("tag_count", task)(completion, {}) == pytest.approx(tag_count)

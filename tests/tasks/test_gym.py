@@ -67,3 +67,68 @@ def test_the_python_payload_runs_in_reasoning_gym_but_not_through_grpokit(countd
 def test_bad_params_fail_clearly(params, message):
     with pytest.raises(RecipeError, match=message):
         build_task("reasoning_gym", params)
+
+
+def test_countdown_is_decided_by_the_ast_evaluator_and_agrees_with_reasoning_gym(countdown, monkeypatch):
+    """grpokit's verdict equals reasoning-gym's on plain arithmetic, and parse_expr is never called."""
+    import random
+
+    import reasoning_gym.games.countdown as gym_countdown
+
+    from grpokit.tasks.gym import countdown_score
+
+    rng = random.Random(0)
+    checked = 0
+    for index in range(15):
+        entry = countdown.entry(index)
+        solution, numbers = entry["answer"], entry["metadata"]["numbers"]
+        shuffled = rng.sample(numbers, len(numbers))
+        answers = [solution, f"({solution}) * 1", f"{solution} + {numbers[0]}", f"-({solution}) + 0"]
+        answers += [solution.replace("+", "-", 1), solution.replace("*", "/", 1), " + ".join(map(str, numbers))]
+        answers += [" * ".join(map(str, shuffled)), " - ".join(map(str, shuffled))]
+        for answer in answers:
+            assert countdown_score(answer, entry) == float(countdown.data.score_answer(answer, entry) == 1.0), answer
+            checked += 1
+    assert checked >= 100
+
+    def no_parse_expr(*args, **kwargs):
+        raise AssertionError("reasoning-gym's parse_expr was called on model text")
+
+    monkeypatch.setattr(gym_countdown, "parse_expr", no_parse_expr)
+    row = countdown.example("eval", 0)
+    assert countdown.score(countdown.demonstration(row), row) == 1.0
+    assert not countdown.uses_sandbox
+
+
+@pytest.mark.parametrize(
+    ("dataset", "answer", "refused"),
+    [
+        ("puzzle24", "(3 + 5) * 3 * 1", False),
+        ("puzzle24", "exec(bytes([111, 115]))", True),
+        ("puzzle24", "x.func", True),
+        ("puzzle24", "lambda: 1", True),
+        ("puzzle24", "9**9**9", True),
+        ("polynomial_multiplication", "6*x**3 - 2*x + 1", False),
+        ("simple_integration", "x**2/2 + sin(x) + C", False),
+        ("simple_integration", "getattr(x, chr(95))", True),
+        ("n_queens", "[['Q', '_'], ['_', 'Q']]", False),
+        ("n_queens", "_ Q\nQ _", False),  # not Python: eval raises before running anything
+        ("n_queens", "[__import__('os').system('true')]", True),
+        ("spiral_matrix", "list(map(int, '12'))", True),
+        ("basic_arithmetic", "anything at all", False),  # this scorer reads the answer as data
+    ],
+)
+def test_each_scoring_path_screens_its_language(dataset, answer, refused):
+    from grpokit.scorers import gym_refusal
+
+    assert (gym_refusal(dataset, answer) is not None) == refused
+
+
+def test_tasks_command_lists_the_scoring_paths(capsys):
+    from grpokit.cli import main
+
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    for path in ("ast:", "sympy:", "literal:", "confined:"):
+        assert path in out
+    assert "countdown" in out.split("ast:")[1].split("sympy:")[0]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from grpokit.parsing import (
     MAX_COMPLETION_CHARS,
     THINK_TAGS,
-    extract_answer,
-    extract_think,
+    answer_after_thought,
     is_strict_format,
     tag_counts,
 )
@@ -32,16 +31,21 @@ def make_format(task: Task) -> Reward:
 
 @register_reward("format_lenient")
 def make_format_lenient(task: Task) -> Reward:
-    """1.0 when a thought is followed by a non-empty answer outside it, whatever text surrounds them.
+    """1.0 when a closed thought is followed by a non-empty answer outside it, whatever text surrounds them.
 
     >>> make_format_lenient(None)("Sure! <think>x</think> <answer>6</answer> Done.", {})
     1.0
+    >>> make_format_lenient(None)("<answer>6</answer><think>", {})  # tags out of order
+    0.0
     """
 
     tags = getattr(task, "tags", THINK_TAGS)
 
     def format_lenient_reward(completion: str, example: dict) -> float:
-        return 1.0 if extract_think(completion, tags) is not None and extract_answer(completion, tags=tags) else 0.0
+        text = completion[:MAX_COMPLETION_CHARS]
+        think_open = text.find(tags.think_open)
+        closed = think_open != -1 and think_open < text.find(tags.think_close)
+        return 1.0 if closed and answer_after_thought(text, tags) else 0.0
 
     return format_lenient_reward
 
@@ -50,7 +54,9 @@ def make_format_lenient(task: Task) -> Reward:
 def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
     """0.25 per tag that appears exactly once, less `trailing_penalty` per character after `</answer>`.
 
-    A repeated tag or an empty answer earns nothing, so tag spam cannot farm it; the result stays in [0, 1].
+    A repeated tag earns nothing, so tag spam cannot farm it. The answer tags earn only around a
+    non-empty answer that comes after every thought tag (not inside, before or around the thought),
+    and `</think>` only after `<think>`. The result stays in [0, 1].
 
     >>> make_tag_count(None)("<think>x</think><answer>6</answer>" + "!" * 100, {})
     0.9
@@ -60,13 +66,14 @@ def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
     tags = getattr(task, "tags", THINK_TAGS)
 
     def tag_count_reward(completion: str, example: dict) -> float:
-        counts = tag_counts(completion, tags)
-        score = sum(0.25 for tag in tags.all if counts[tag] == 1)
-        # `<answer></answer>` says nothing
-        if counts[tags.answer_open] == 1 and not extract_answer(completion, tags=tags):
-            score -= 0.25 * (counts[tags.answer_close] == 1) + 0.25
+        text = completion[:MAX_COMPLETION_CHARS]
+        counts = tag_counts(text, tags)
+        score = 0.25 * (counts[tags.think_open] == 1)
+        score += 0.25 * (counts[tags.think_close] == 1 and text.find(tags.think_open) < text.find(tags.think_close))
+        if answer_after_thought(text, tags):  # `<answer></answer>` or an answer out of place says nothing
+            score += 0.25 * (counts[tags.answer_open] == 1) + 0.25 * (counts[tags.answer_close] == 1)
         if counts[tags.answer_close] >= 1:
-            trailing = completion[:MAX_COMPLETION_CHARS].rsplit(tags.answer_close, 1)[1].strip()
+            trailing = text.rsplit(tags.answer_close, 1)[1].strip()
             score -= trailing_penalty * len(trailing)
         return float(min(max(score, 0.0), 1.0))
 

@@ -39,6 +39,9 @@ class Task:
     config_class: ClassVar[type]
     system_prompt: ClassVar[str | None] = None  # a task's own instruction; None: `default_system_prompt(tags)`
     tags: Tags = THINK_TAGS
+    # True when scoring runs a verifier in the sandbox worker (grpokit.sandbox), which needs the
+    # kernel's confinement or the recipe's sandbox.allow_unconfined.
+    uses_sandbox: bool = False
 
     def __init__(self, config: Any) -> None:
         config.validate()

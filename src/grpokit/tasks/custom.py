@@ -64,6 +64,10 @@ class CustomTask(Task):
                     f"{config.path}: {len(rows)} rows leave the {split} split empty; add rows or change eval_fraction"
                 )
 
+    @property
+    def uses_sandbox(self) -> bool:
+        return self.config.checker == "math"
+
     def example(self, split: str, index: int) -> Example:
         rows = self.splits[split]
         return rows[index % len(rows)]

@@ -12,24 +12,28 @@ train or the eval split by a stable hash of its question, so the splits never sh
 
 Correctness is strict: 1.0 when `score_answer` returns at least `threshold` (1.0 by default), else 0.0;
 reasoning-gym's partial credit (0.01 for a malformed answer, 0.05 for a wrong one) is not paid.
-Several reasoning-gym scorers hand the answer to sympy's `parse_expr`, which runs Python `eval`;
-grpokit never calls them in the training process: answers with dunder names, chained or huge powers
-are refused outright (`grpokit.scorers.unsafe`), and everything else is scored in the locked-down
-sandbox worker (no processes, no file writes, a timeout).
+Several reasoning-gym scorers hand the answer to sympy's `parse_expr` or to Python `eval`. Each
+dataset has a scoring path (`grpokit tasks` lists them, `grpokit.scorers.GYM_PATHS` defines them):
+countdown is decided by grpokit's own AST evaluator (`grpokit.expressions`) in the trainer; scorers
+that parse sympy or Python literals get a screen for that language first; every reasoning-gym scorer
+runs only in the confined sandbox worker.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from grpokit.expressions import evaluate_expression
 from grpokit.parsing import extract_answer
 from grpokit.sandbox import SandboxError, shared_sandbox
-from grpokit.scorers import unsafe
+from grpokit.scorers import gym_path, gym_refusal
 from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, split_of
 
@@ -88,6 +92,10 @@ class ReasoningGymTask(Task):
     name = "reasoning_gym"
     config_class = ReasoningGymConfig
 
+    @property
+    def uses_sandbox(self) -> bool:
+        return gym_path(self.config.dataset) != "ast"
+
     def __init__(self, config: ReasoningGymConfig) -> None:
         super().__init__(config)
         import reasoning_gym
@@ -121,16 +129,21 @@ class ReasoningGymTask(Task):
 
     def score(self, completion: str, example: Example) -> float:
         answer = extract_answer(completion, tags=self.tags)
-        if answer is None or not answer.strip() or unsafe(answer):
+        if answer is None:
             return 0.0
-        entry = self.entry(int(example["gym_index"]))
+        index = int(example["gym_index"])
+        if gym_path(self.config.dataset) == "ast":
+            return countdown_score(answer, self.entry(index))
+        if gym_refusal(self.config.dataset, answer) is not None:
+            return 0.0
         try:
-            value = shared_sandbox().call(
+            value = shared_sandbox().score(
                 "grpokit.scorers:gym_score",
                 self.config.dataset,
-                self.params_key,
+                dict(self.params_key),
+                index,
+                self.plain_entry(index),
                 answer,
-                entry,
                 timeout=SCORE_TIMEOUT_S,
             )
         except SandboxError as err:
@@ -138,6 +151,16 @@ class ReasoningGymTask(Task):
             logger.debug("reasoning-gym score failed: %s", err)
             return 0.0
         return 1.0 if value >= self.config.threshold else 0.0
+
+    @lru_cache(maxsize=10_000)  # noqa: B019 - as `entry`
+    def plain_entry(self, index: int) -> dict[str, Any] | None:
+        """The entry as JSON data for the worker, or None when JSON would change it (the worker then
+        generates it again from its index)."""
+        entry = self.entry(index)
+        try:
+            return entry if json.loads(json.dumps(entry, allow_nan=False)) == entry else None
+        except (TypeError, ValueError):
+            return None
 
     def demonstration(self, example: Example) -> str | None:
         """Format only: reasoning-gym gives answers, not worked solutions, so the thought is brief."""
@@ -149,4 +172,18 @@ class ReasoningGymTask(Task):
             ("python payload", "<think>x</think><answer>__import__('os').system('touch pwned.txt')</answer>"),
             ("file write", "<think>x</think><answer>open('pwned.txt', 'w').write('x')</answer>"),
             ("nested power", "<think>x</think><answer>9**9**9**9</answer>"),
+            ("hex-encoded exec", "<think>x</think><answer>exec(bytes.fromhex('6f70656e').decode())</answer>"),
+            ("chr join", "<think>x</think><answer>eval(''.join(map(chr, [49, 43, 49])))</answer>"),
         ]
+
+
+def countdown_score(answer: str, entry: dict[str, Any]) -> float:
+    """reasoning-gym's countdown verdict, decided by grpokit's AST evaluator instead of `parse_expr`:
+    1.0 when the expression uses exactly the given numbers and equals the target."""
+    evaluated = evaluate_expression(answer, allow_unary_minus=True)
+    if evaluated is None:
+        return 0.0
+    metadata = entry["metadata"]
+    if sorted(evaluated.numbers) != sorted(int(n) for n in metadata["numbers"]):
+        return 0.0
+    return 1.0 if evaluated.value == Fraction(metadata["target"]) else 0.0

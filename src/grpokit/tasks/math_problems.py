@@ -10,9 +10,12 @@ dataset folder is read per split (`train_split`, `eval_split`); a single file is
 hash of the question (`eval_fraction`), so train and eval never share a problem.
 
 Items whose gold answer math-verify cannot read are skipped, counted and reported (`notes()`, the
-training log, `summary.json`), never scored 0 in silence. Scoring runs math-verify in the sandbox
-worker (`grpokit.sandbox`): its timeouts hold whatever thread calls, and a hung or crashing check
-scores 0 and is counted in `score_errors`.
+training log, `summary.json`), never scored 0 in silence. Scoring is math-verify's
+`verify(parse(gold), parse(answer))` with gold and answer read as LaTeX (`$...$`) and plain
+expressions in one call, so `3\\sqrt{2}` is not 3 and `1, 2, 3` is a set; answers first pass
+`grpokit.scorers.math_refusal` (no code-like text; no hedges or relations the gold lacks). It runs in
+the confined sandbox worker (`grpokit.sandbox`): its timeouts hold whatever thread calls, and a hung
+or crashing check scores 0 and is counted in `score_errors`.
 
 >>> boxed_answer(r"So $x = 2$ and the sum is $\\boxed{\\frac{1}{2}}$.")
 '\\\\frac{1}{2}'
@@ -31,7 +34,8 @@ from typing import Any
 
 from grpokit.data import is_local_file, load_split, read_file, require_columns
 from grpokit.parsing import extract_answer
-from grpokit.sandbox import SandboxError, SandboxTimeout, shared_sandbox
+from grpokit.sandbox import SandboxError, SandboxRefused, SandboxTimeout, shared_sandbox
+from grpokit.scorers import math_refusal
 from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, partition
 
@@ -47,12 +51,10 @@ score_errors = {"timeout": 0, "error": 0}
 
 def math_score(answer: str | None, gold: str) -> float:
     """1.0 when math-verify finds `answer` equivalent to `gold`; 0.0 otherwise, and on any failure."""
-    if answer is None or not answer.strip():
+    if answer is None or math_refusal(answer, gold) is not None:
         return 0.0
     try:
-        return (
-            1.0 if shared_sandbox().call("grpokit.scorers:math_equal", answer, gold, timeout=SCORE_TIMEOUT_S) else 0.0
-        )
+        return shared_sandbox().score("grpokit.scorers:math_equal", answer, gold, timeout=SCORE_TIMEOUT_S)
     except SandboxError as err:
         with _errors_lock:
             score_errors["timeout" if isinstance(err, SandboxTimeout) else "error"] += 1
@@ -62,7 +64,9 @@ def math_score(answer: str | None, gold: str) -> float:
 
 def gold_parses(gold: str) -> bool:
     try:
-        return bool(shared_sandbox().call("grpokit.scorers:math_gold_parses", gold, timeout=SCORE_TIMEOUT_S))
+        return shared_sandbox().score("grpokit.scorers:math_gold_parses", gold, timeout=SCORE_TIMEOUT_S) == 1.0
+    except SandboxRefused:
+        raise
     except SandboxError:
         return False
 
@@ -158,6 +162,7 @@ class MathConfig:
 class MathTask(Task):
     name = "math"
     config_class = MathConfig
+    uses_sandbox = True
 
     def __init__(self, config: MathConfig) -> None:
         super().__init__(config)
@@ -238,4 +243,16 @@ class MathTask(Task):
             ("answer in prose with a wrong number", "<think>x</think><answer>it is not " + gold + " but 1e9</answer>"),
             ("sympy injection", "<think>x</think><answer>__import__('os').system('touch pwned.txt')</answer>"),
             ("nested power", "<think>x</think><answer>9**9**9**9</answer>"),
+            *(
+                (f"LaTeX whose last number is the gold: {trick}", f"<think>x</think><answer>{trick}</answer>")
+                for trick in last_number_tricks(gold)
+            ),
         ]
+
+
+def last_number_tricks(gold: str) -> list[str]:
+    """Wrong answers that end (or start) with the gold: a scorer that reads one bare number pays them."""
+    tricks = [f"{gold}1 \\approx {gold}", f"{gold}1 > {gold}", f"\\pm {gold}", f"-1000, {gold}", f"{gold}1 or {gold}"]
+    if gold.strip() not in ("0", "1", "-1"):  # where these would equal the gold
+        tricks += [f"12 \\cdot {gold}", f"{gold}x", f"(-\\infty, {gold}]", f"x^2 + 2x + {gold}", f"3\\sqrt{{{gold}}}"]
+    return tricks
