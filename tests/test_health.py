@@ -32,7 +32,7 @@ def test_a_healthy_run_raises_nothing():
         ({"frac_reward_zero_std": 0.95, "rewards/correctness/mean": 0.0}, "no_signal", "too hard"),
         ({"frac_reward_zero_std": 1.0, "rewards/correctness/mean": 1.0}, "no_signal", "too easy"),
         ({"completions/clipped_ratio": 0.8}, "truncated", "max_completion_length"),
-        ({"entropy": 0.01}, "entropy_collapse", "temperature"),
+        ({"entropy": 0.01, "frac_reward_zero_std": 0.6}, "entropy_collapse", "temperature"),
         ({"kl": 2.0}, "kl_growth", "beta"),
         ({"rewards/my_reward/errors": 3}, "reward_errors:my_reward", "failed on 3"),
     ],
@@ -58,8 +58,16 @@ def test_trends_format_up_correctness_flat_and_length():
     assert "length_explosion" in feed(HealthMonitor(window=3, max_completion_length=128), growing)
 
 
+def test_low_entropy_while_groups_still_differ_is_not_a_collapse():
+    # Template-heavy answers: 0.03 nats per token on average, yet most groups' rewards differ.
+    assert feed(HealthMonitor(window=3), [{**HEALTHY, "entropy": 0.03, "frac_reward_zero_std": 0.2}] * 6) == []
+    assert "entropy_collapse" in feed(
+        HealthMonitor(window=3), [{**HEALTHY, "entropy": 0.03, "frac_reward_zero_std": 0.7}] * 6
+    )
+
+
 def test_at_most_once_per_condition_per_window_then_a_short_note():
-    bad = {**HEALTHY, "entropy": 0.0}
+    bad = {**HEALTHY, "entropy": 0.0, "frac_reward_zero_std": 0.6}
     monitor = HealthMonitor(window=4)
     conditions = feed(monitor, [bad] * 12)
     assert conditions.count("entropy_collapse") == 3  # steps 4, 8 and 12
