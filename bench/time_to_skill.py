@@ -22,6 +22,8 @@ def curve(run_dir: Path) -> tuple[list[tuple[float, str, float]], list[tuple[flo
     """[(minutes, label, accuracy)] and the stage boundaries [(minutes, stage)] of a finished run."""
     records = json.loads((run_dir / "stages.json").read_text())
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from grpokit.callbacks import step_eval_name
+
     points, bounds, clock = [], [], 0.0
     for record in records:
         name = record["name"]
@@ -31,7 +33,10 @@ def curve(run_dir: Path) -> tuple[list[tuple[float, str, float]], list[tuple[flo
             begun = first["time"] - first.get("step_time", 0.0)
             for r in stage_rows:
                 if "eval/accuracy" in r:
-                    points.append((clock + (r["time"] - begun) / 60, f"{name} step {r['step']}", r["eval/accuracy"]))
+                    saved = run_dir / "evals" / step_eval_name(name, r["step"])
+                    n = json.loads(saved.read_text())["n"] if saved.is_file() else "?"
+                    label = f"{name} step {r['step']} (n={n})"
+                    points.append((clock + (r["time"] - begun) / 60, label, r["eval/accuracy"]))
         clock += record["minutes"] + record.get("eval_minutes", 0.0)
         points.append((clock, name, record["accuracy"]))
         bounds.append((clock, name))
@@ -55,9 +60,9 @@ def main() -> int:
     points, bounds = curve(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
 
-    print(f"\nrun: {run_dir}\n{'when':<16} {'wall min':>8} {'accuracy':>8}")
+    print(f"\nrun: {run_dir}\n{'when':<24} {'wall min':>8} {'accuracy':>8}")
     for minutes, label, accuracy in points:
-        print(f"{label:<16} {minutes:>8.1f} {100 * accuracy:>7.1f}%")
+        print(f"{label:<24} {minutes:>8.1f} {100 * accuracy:>7.1f}%")
     for bar in BARS:
         first = next(((m, label) for m, label, a in points if a >= bar), None)
         print(f"first >= {bar:.0%}: " + (f"{first[0]:.1f} min ({first[1]})" if first else "not reached"))
