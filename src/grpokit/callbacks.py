@@ -83,14 +83,14 @@ class PeriodicEval:
         greedy = dataclasses.replace(self.recipe.eval, samples_per_problem=0, samples=len(self.examples))
         recipe = dataclasses.replace(self.recipe, eval=greedy)
         result = evaluate_recipe(
-            self.trainer.model, self.tokenizer, self.task, self.examples, recipe, f"eval {self.stage} step {step}"
+            self.trainer.model, self.tokenizer, self.task, self.examples, recipe, f"eval at step {step} of {self.stage}"
         )
         self.folder.mkdir(exist_ok=True)
         result.save(self.folder / step_eval_name(self.stage, step))
         log.info(
-            "eval at %s step %d: accuracy %.1f%%, format %.1f%% on %d problems",
-            self.stage,
+            "eval at step %d of %s: accuracy %.1f%%, format %.1f%% on %d problems",
             step,
+            self.stage,
             100 * result.accuracy,
             100 * result.format_rate,
             result.n,
