@@ -25,25 +25,29 @@ def test_embedded_model_converts_loads_and_trains_two_steps(tmp_path, recipe_nam
     assert tokenizer.eos_token == "<|im_end|>"
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # recipes name data files from the repository root
-    # The default recipe, shrunk: 2 cold-start steps, 2 GRPO steps, a 16-problem eval.
-    recipe = load_recipe(
-        Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / f"{recipe_name}.yaml",
-        [
-            f"output.dir={tmp_path}",
-            "cold_start.steps=2",
-            "cold_start.examples=32",
-            "cold_start.batch_size=8",
-            "grpo.max_steps=2",
-            "grpo.per_device_train_batch_size=8",
-            "grpo.num_generations=4",
-            "grpo.max_completion_length=24",
-            "eval.n=16",
-            "eval.max_new_tokens=24",
-        ],
-    )
-    run_dir = train.main(recipe)
+    path = Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / f"{recipe_name}.yaml"
+    # The recipe, shrunk: 2 steps per stage (sft: 32 demonstrations, batches of 8), a 16-problem eval.
+    shrink = [
+        f"output.dir={tmp_path}",
+        "cold_start.steps=2",
+        "cold_start.examples=32",
+        "cold_start.batch_size=8",
+        "grpo.max_steps=2",
+        "grpo.per_device_train_batch_size=8",
+        "grpo.num_generations=4",
+        "grpo.max_completion_length=24",
+        "eval.n=16",
+        "eval.max_new_tokens=24",
+        "eval.every=0",
+    ]
+    staged = load_recipe(path).stages
+    for i, stage in enumerate(staged):
+        shrink += [f"stages.{i}.steps=2"] + ([f"stages.{i}.examples=32"] if stage.kind == "sft" else [])
+    run_dir = train.main(load_recipe(path, shrink))
     summary = json.loads((run_dir / "summary.json").read_text())
     if recipe_name == "arithmetic_grpo":
         assert summary["evals"]["before"]["format_rate"] == 0.0  # it never writes the tags on its own
-    assert set(summary["evals"]) == {"before", "cold_start", "after"}
+    names = [stage.name for stage in staged] or ["cold_start", "grpo"]
+    assert [row["name"] for row in summary["stages"]] == ["before", *names]
+    assert set(summary["evals"]) == {"before", *names, "after"}
     assert (run_dir / "adapter" / "adapter_model.safetensors").is_file()
