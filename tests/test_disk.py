@@ -115,7 +115,7 @@ def test_a_full_tmpfs_stops_before_the_next_checkpoint(tiny_model_dir, tmp_path)
         assert not (run_dir / "grpo" / "checkpoint-2").exists()
         # The resume command the message gives works once there is room again.
         (mount / "ballast").unlink()
-        assert train.prepare_resume(load_recipe(run_dir / "recipe.yaml"), run_dir, truncate=False)[1].name == (
+        assert train.prepare_resume(load_recipe(run_dir / "recipe.yaml"), run_dir, truncate=False)[2].name == (
             "checkpoint-1"
         )
 
@@ -148,6 +148,7 @@ def test_an_injected_enospc_during_the_final_save(tiny_model_dir, tmp_path, monk
     with pytest.raises(DiskFullError) as err:
         train.main(disk_recipe(tiny_model_dir, tmp_path), callbacks=[FullAtTheEnd()])
     run_dir = only_run(tmp_path)
-    assert f"saving the trained adapter into {run_dir / 'adapter'}" in str(err.value)
+    # The first save after the last step is the GRPO stage's own adapter (then the run's).
+    assert f"saving the trained adapter into {run_dir / 'grpo' / 'adapter'}" in str(err.value)
     assert "checkpoint-3, is kept (the unfinished adapter was removed)" in str(err.value)
-    assert not (run_dir / "adapter").exists()
+    assert not (run_dir / "grpo" / "adapter").exists() and not (run_dir / "adapter").exists()
