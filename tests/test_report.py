@@ -29,7 +29,7 @@ def test_the_page_is_self_contained_and_complete(run_dir):
     for heading in ("Before and after", "Run health", "Rewards", "Completion length", "Sample completions"):
         assert heading in page
     # The same prompt at every checkpoint, each with every reward's score.
-    for label in ("before:", "step 1:", "step 2:", "after:"):
+    for label in ("before:", "grpo step 1:", "grpo step 2:", "grpo:"):  # each stage's evaluation, by name
         assert label in page
     assert re.search(r"format [01]\.0+, correctness [01]\.0+", page)
     assert (run_dir / "curves.png").stat().st_size > 10_000
@@ -37,9 +37,10 @@ def test_the_page_is_self_contained_and_complete(run_dir):
 
 def test_model_output_is_escaped(run_dir, tmp_path):
     copy = shutil.copytree(run_dir, tmp_path / "run")
-    saved = json.loads((copy / "eval_after.json").read_text())
+    last = copy / f"eval_{json.loads((copy / 'summary.json').read_text())['stages'][-1]['name']}.json"
+    saved = json.loads(last.read_text())
     saved["samples"][0]["completion"] = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-    (copy / "eval_after.json").write_text(json.dumps(saved))
+    last.write_text(json.dumps(saved))
     page = report.main(copy).read_text(encoding="utf-8")
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 

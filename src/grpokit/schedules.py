@@ -146,7 +146,7 @@ class AdaptiveWeights:
     >>> from grpokit.config import AdaptiveSection
     >>> w = AdaptiveWeights({"format": AdaptiveSection(target=0.9, rate=0.5, min_weight=0.1, max_weight=1.0, window=1)},
     ...                     {"format": 1.0})
-    >>> [w.update({"format": r})["format"] for r in (1.0, 1.0, 1.0, 1.0, 0.2)]
+    >>> [round(w.update({"format": r})["format"], 4) for r in (1.0, 1.0, 1.0, 1.0, 0.2)]
     [0.5, 0.25, 0.125, 0.1, 0.15]
     """
 
