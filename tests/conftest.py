@@ -101,3 +101,23 @@ def tiny_recipe(model_dir: Path, out_dir: Path, **sections: dict) -> dict:
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
     return raw
+
+
+def headless_chromium():
+    """A selenium driver on Debian's headless Chromium; `make test` installs it (and requires it)."""
+    import os
+    import shutil
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        if os.environ.get("GRPOKIT_REQUIRE_BROWSER"):
+            pytest.fail("chromium/chromedriver missing: install the Debian packages chromium chromium-driver")
+        pytest.skip("chromium/chromedriver not installed (make test installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,2400"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)

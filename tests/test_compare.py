@@ -1,13 +1,12 @@
 """The comparison page: runs side by side, from fake run folders; it renders in headless Chromium."""
 
 import json
-import os
 import re
-import shutil
 
 import pytest
 
 from grpokit import compare
+from tests.conftest import headless_chromium
 from tests.fake_runs import make_run
 
 STAGES = [
@@ -86,19 +85,7 @@ def test_cli_report_with_several_runs_writes_one_page(two_runs, tmp_path, capsys
 
 def test_the_page_renders_in_headless_chromium(two_runs, tmp_path):
     """Needs Debian's chromium and chromium-driver: `make test` installs them (and requires them)."""
-    if not (shutil.which("chromium") and shutil.which("chromedriver")):
-        if os.environ.get("GRPOKIT_REQUIRE_BROWSER"):
-            pytest.fail("chromium/chromedriver missing: install the Debian packages chromium chromium-driver")
-        pytest.skip("chromium/chromedriver not installed (make test installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,2400"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver = headless_chromium()
     try:
         driver.get(compare.main(list(two_runs), tmp_path / "cmp.html").as_uri())
         widths = driver.execute_script("return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)")

@@ -1,7 +1,6 @@
 """The report page: self-contained, every picture present, and it renders in headless Chromium."""
 
 import json
-import os
 import re
 import shutil
 
@@ -9,7 +8,7 @@ import pytest
 
 from grpokit import report
 from grpokit.config import build_recipe
-from tests.conftest import tiny_recipe
+from tests.conftest import headless_chromium, tiny_recipe
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +46,7 @@ def test_model_output_is_escaped(run_dir, tmp_path):
 
 def test_the_page_renders_in_headless_chromium(run_dir, tmp_path):
     """Needs Debian's chromium and chromium-driver: `make test` installs them (and requires them)."""
-    if not (shutil.which("chromium") and shutil.which("chromedriver")):
-        if os.environ.get("GRPOKIT_REQUIRE_BROWSER"):
-            pytest.fail("chromium/chromedriver missing: install the Debian packages chromium chromium-driver")
-        pytest.skip("chromium/chromedriver not installed (make test installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,2400"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver = headless_chromium()
     try:
         driver.get(report.main(run_dir).as_uri())
         widths = driver.execute_script("return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)")
