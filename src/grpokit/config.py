@@ -276,6 +276,15 @@ class RolloutSection:
 
 
 @dataclass
+class TrainPassSection:
+    """The GRPO training pass. `shared_prefix`: each group's prompt is forwarded once and its completions
+    attend to its KV cache (grpokit.prefix; exact, tested against TRL's pass). Models it cannot hold
+    (gradient checkpointing, several processes, multimodal, scaled logits) fall back to TRL's pass."""
+
+    shared_prefix: bool = True
+
+
+@dataclass
 class LaunchSection:
     """Several processes: `processes` copies through torchrun (DDP; gloo on CPU), or `accelerate launch`
     with `config`, a launch config such as recipes/accelerate/zero3.yaml. `--processes N` overrides."""
@@ -354,6 +363,7 @@ class Recipe:
     output: OutputSection = field(default_factory=OutputSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
     rollout: RolloutSection = field(default_factory=RolloutSection)
+    train_pass: TrainPassSection = field(default_factory=TrainPassSection)
     sandbox: SandboxSection = field(default_factory=SandboxSection)
     dynamic_sampling: DynamicSamplingSection = field(default_factory=DynamicSamplingSection)
     curriculum: CurriculumSection = field(default_factory=CurriculumSection)

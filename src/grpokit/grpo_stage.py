@@ -66,6 +66,7 @@ def build_trainer(
         rollout_engine=recipe.rollout.engine,
         stop_texts=stop_texts(recipe),
         rollout_copy=recipe.rollout.merged_copy,
+        shared_prefix=recipe.train_pass.shared_prefix,
         dynamic_max_extra=recipe.dynamic_sampling.max_extra if recipe.dynamic_sampling.enabled else None,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),

@@ -23,7 +23,7 @@ from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
-from grpokit import disk
+from grpokit import disk, prefix
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, unsupported_settings, wants_copy
 from grpokit.schedules import AdaptiveWeights, Curriculum, extra_prompt_rows, fill_batch
@@ -47,9 +47,11 @@ class GrpoTrainer(GRPOTrainer):
         dynamic_max_extra: float | None = None,
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
+        shared_prefix: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
         # Schedules (grpokit.schedules): dynamic sampling with at most this many extra batches' rollouts;
         # a curriculum with one prompt dataset per level and the reward that measures success; weights.
         self.dynamic_max_extra = dynamic_max_extra
@@ -77,6 +79,50 @@ class GrpoTrainer(GRPOTrainer):
                 "bonus, top_entropy_quantile=1, no router auxiliary loss, steps_per_generation=1 and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
+
+    def _shared_prefix_allowed(self) -> bool:
+        """Whether the training pass may forward each prompt once (grpokit.prefix), with one log line if not."""
+        why = prefix.refusal(self.model)
+        if why is None and self.accelerator.num_processes > 1:
+            why = "runs on several processes (DDP, ZeRO and FSDP hook the model's own forward)"
+        if why:
+            log.info("training pass: every completion row forwards its whole prompt (TRL's pass): the model %s", why)
+        return why is None
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
+    ):
+        if not self.shared_prefix or compute_aux_loss or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
+        logps, entropies = prefix.logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            temperature=self.temperature,
+            compute_entropy=compute_entropy,
+            batch_size=batch_size,
+            autocast=self.accelerator.autocast,
+            lm_head_fp32=self.args.cast_lm_head_to_fp32,
+        )
+        return logps, entropies, None
 
     def _tokenize_prompts(self, prompts: list) -> tuple[Any, Any, Any]:
         if is_conversational({"prompt": prompts[0]}):

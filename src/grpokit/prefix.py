@@ -1,0 +1,143 @@
+"""The GRPO training pass with each group's prompt forwarded once.
+
+TRL forwards every completion row with its whole prompt: with G completions per prompt the prompt's
+tokens go through the forward and backward passes G times. For the default recipe (a ~50-token prompt,
+~34-token answers, G = 8) that is about 60% of the pass. Here the distinct prompts run through the model
+once with a KV cache, the cache is indexed out to the rows (`index_select`, whose backward sums the
+rows' gradients into the one prompt computation: exactly the sum of the G copies' gradients), and the
+completions run on top of it. Positions, padding and masks are the unshared pass's, so the logits are
+the same up to float rounding (tested against TRL's pass: log-probs, loss and every gradient).
+
+Log-probabilities are taken on completion tokens only, through TRL's chunked LM head (the full
+`[tokens, vocabulary]` logits never exist); TRL's own pass on a CPU scores every prompt position too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+LOGPROB_CHUNK = 4096  # vocabulary tile of the chunked LM head (TRL's size)
+# Settings of a model's output layer that TRL's fused head applies and this pass does not.
+_LOGIT_SETTINGS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
+
+
+def prompt_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the first row of each run of identical consecutive prompts [U], each row's run [B]).
+
+    >>> first, run = prompt_runs(torch.tensor([[0, 5], [0, 5], [4, 5], [0, 5]]), torch.tensor([[0, 1]] * 4))
+    >>> first.tolist(), run.tolist()
+    ([0, 2, 3], [0, 0, 1, 2])
+    """
+    same = (prompt_ids[1:] == prompt_ids[:-1]).all(dim=1) & (prompt_mask[1:] == prompt_mask[:-1]).all(dim=1)  # [B-1]
+    starts = torch.cat([torch.ones(1, dtype=torch.bool, device=same.device), ~same])  # [B]
+    return starts.nonzero().squeeze(1), starts.cumsum(0) - 1
+
+
+def refusal(model: Any) -> str | None:
+    """Why this pass cannot run on `model` (a transformers model, or peft's wrapper of one), else None."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if config is None or not hasattr(base, "get_output_embeddings") or base.get_output_embeddings() is None:
+        return "is not a causal language model with an output layer"
+    if config.get_text_config() is not config:
+        return "is a multimodal model"
+    if getattr(base, "is_gradient_checkpointing", False):
+        return "uses gradient checkpointing, which drops the KV cache the completions attend to"
+    settings = [name for name in _LOGIT_SETTINGS if getattr(config, name, None) not in (None, 1, 1.0)]
+    if settings:
+        return f"scales its logits ({', '.join(settings)})"
+    if getattr(config, "output_router_logits", False):
+        return "is a mixture of experts with a router loss"
+    backbone = getattr(base, base.base_model_prefix, None)
+    if backbone is None or "cache" not in inspect.signature(backbone.forward).parameters:
+        return "has no backbone that takes a KV cache"
+    return None
+
+
+def logps_and_entropies(
+    model: Any,
+    input_ids: torch.Tensor,  # [B, P + C], prompts left-padded, completions right-padded
+    attention_mask: torch.Tensor,  # [B, P + C]
+    completion_length: int,  # C
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+    batch_size: int | None = None,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    lm_head_fp32: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probabilities of the completion tokens [B, C] (0 at padding), and their entropies.
+
+    Same contract as TRL's `_get_per_token_logps_and_entropies` for a text model; rows are taken
+    `batch_size` at a time (a prompt whose group straddles two chunks is forwarded in each)."""
+    batch_size = batch_size or input_ids.size(0)
+    logps, entropies = [], []
+    for start in range(0, input_ids.size(0), batch_size):
+        rows = slice(start, start + batch_size)
+        with autocast():
+            lp, ent = _chunk(
+                model,
+                input_ids[rows],
+                attention_mask[rows],
+                completion_length,
+                temperature,
+                compute_entropy,
+                lm_head_fp32,
+            )
+        logps.append(lp)
+        entropies.append(ent)
+    return torch.cat(logps), torch.cat(entropies) if compute_entropy else None
+
+
+def _chunk(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    temperature: float,
+    compute_entropy: bool,
+    lm_head_fp32: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    from trl.kernels import ChunkedLogProbFunction
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(base, base.base_model_prefix)  # peft's adapters live inside it
+    prompt_ids, completion_ids = input_ids[:, :-completion_length], input_ids[:, -completion_length:]  # [B, P], [B, C]
+    prompt_mask, completion_mask = attention_mask[:, :-completion_length], attention_mask[:, -completion_length:]
+    first, run = prompt_runs(prompt_ids, prompt_mask)  # [U], [B]
+
+    prompts = backbone(input_ids=prompt_ids[first], attention_mask=prompt_mask[first], use_cache=True)
+    cache = prompts.cache if getattr(prompts, "cache", None) is not None else prompts.past_key_values
+    cache.reorder_cache(run)  # [U, ...] -> [B, ...]; the backward sums each group's rows
+    answers = backbone(input_ids=completion_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+    # The prompt's last position predicts the first completion token; each completion position the next.
+    hidden = torch.cat([prompts.last_hidden_state[run, -1:], answers.last_hidden_state[:, :-1]], dim=1)  # [B, C, H]
+
+    head = base.get_output_embeddings()
+    mask = completion_mask.bool()  # [B, C]
+    scored = hidden[mask]  # [N, H]: only real completion tokens meet the vocabulary
+    context = nullcontext()
+    if lm_head_fp32:
+        scored, context = scored.float(), torch.autocast(scored.device.type, enabled=False)
+    outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
+    with context:
+        per_token = ChunkedLogProbFunction.apply(
+            scored, head.weight, head.bias, completion_ids[mask], temperature, LOGPROB_CHUNK, None, 1.0, outputs
+        )
+    # masked_scatter keeps the result attached to the graph even when no token is real
+    logps = per_token[0].new_zeros(mask.shape).masked_scatter(mask, per_token[0])
+    entropy = per_token[1].new_zeros(mask.shape).masked_scatter(mask, per_token[1]) if compute_entropy else None
+    return logps, entropy

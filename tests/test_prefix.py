@@ -1,0 +1,148 @@
+"""The shared-prefix training pass (grpokit.prefix) gives TRL's unshared pass's log-probabilities, loss and
+gradients: each prompt forwarded once, its gradient the sum of its completions' copies."""
+
+from contextlib import nullcontext
+
+import pytest
+import torch
+
+from grpokit.config import build_grpo_config, build_recipe
+from grpokit.prefix import prompt_runs
+from tests.conftest import tiny_recipe
+
+PAD = 2  # the tiny tokenizer's pad (<|im_end|>)
+
+
+def _batch(seed: int = 0) -> dict:
+    """Three prompts of 5, 9 and 7 tokens (left padding), groups of 3, 2 and 3 completions of different
+    lengths (right padding), as a GRPO step hands them to the loss after zero-advantage rows were dropped."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 400, (n,), generator=gen) for n in (5, 9, 7)]
+    groups, completion_lengths = (3, 2, 3), (6, 1, 4, 6, 3, 5, 2, 6)
+    width = max(len(p) for p in prompts)
+    rows = [p for p, g in zip(prompts, groups, strict=True) for _ in range(g)]
+    prompt_ids = torch.full((len(rows), width), PAD)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    for i, p in enumerate(rows):
+        prompt_ids[i, width - len(p) :], prompt_mask[i, width - len(p) :] = p, 1
+    completion_ids = torch.full((len(rows), max(completion_lengths)), PAD)
+    completion_mask = torch.zeros_like(completion_ids)
+    for i, n in enumerate(completion_lengths):
+        completion_ids[i, :n], completion_mask[i, :n] = torch.randint(3, 400, (n,), generator=gen), 1
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": torch.randn(len(rows), generator=gen),
+        "num_items_in_batch": completion_mask.sum(),
+    }
+
+
+def _trainer(model_dir, tmp_path, lora: bool, beta: float):
+    import transformers
+
+    from grpokit import train
+    from grpokit.models import load_model
+    from grpokit.tasks import build_task
+    from grpokit.trainer import GrpoTrainer
+
+    raw = tiny_recipe(model_dir, tmp_path, lora={"enabled": lora, "r": 4, "alpha": 8}, rewards=[{"name": "format"}])
+    raw["grpo"].update({"beta": beta})
+    recipe = build_recipe(raw)
+    transformers.set_seed(0)
+    model, tokenizer = load_model(recipe.model.name)
+    if lora:
+        model = train.attach_lora(model, recipe)
+    with torch.no_grad():  # LoRA's B starts at zero; move every trained weight so each gradient is non-trivial
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.05 * torch.randn_like(param))
+    return GrpoTrainer(
+        model=model,
+        reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(completions)],
+        processing_class=tokenizer,
+        args=build_grpo_config(recipe, tmp_path / "g"),
+        train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
+    )
+
+
+def _loss_and_grads(trainer, batch: dict, shared: bool) -> tuple[torch.Tensor, dict, dict]:
+    trainer.shared_prefix = shared
+    inputs = dict(batch)
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    width = batch["completion_ids"].size(1)
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train, which this test does not run
+    trainer.model.zero_grad(set_to_none=True)
+    with torch.no_grad():  # the old-policy and reference passes take the same path
+        inputs["old_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, width, batch_size=3
+        )[0]
+        if trainer.beta > 0:
+            ref = trainer.ref_model if trainer.ref_model is not None else trainer.model
+            with trainer.model.disable_adapter() if trainer.ref_model is None else nullcontext():
+                inputs["ref_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
+                    ref, input_ids, attention_mask, width
+                )[0]
+    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, input_ids, attention_mask, width, compute_entropy=True
+    )
+    loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    values = {"logps": logps.detach(), "entropy": entropy.detach(), **{k: v for k, v in inputs.items() if "logps" in k}}
+    return loss.detach(), grads, values
+
+
+@pytest.mark.parametrize(("lora", "beta"), [(True, 0.0), (True, 0.2), (False, 0.0), (False, 0.2)])
+def test_shared_prefix_pass_equals_the_unshared_pass(tiny_model_dir, tmp_path, lora, beta):
+    trainer = _trainer(tiny_model_dir, tmp_path, lora, beta)
+    assert trainer.shared_prefix, "the tiny Llama qualifies for the shared pass"
+    batch = _batch()
+    loss, grads, values = _loss_and_grads(trainer, batch, shared=True)
+    loss_ref, grads_ref, values_ref = _loss_and_grads(trainer, batch, shared=False)
+
+    assert loss.abs() > 1e-4, "a loss of zero would compare nothing"
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for key, value in values_ref.items():
+        torch.testing.assert_close(values[key], value, rtol=1e-5, atol=1e-6, msg=key)
+    assert grads.keys() == grads_ref.keys() and len(grads) > 0
+    for name, grad in grads_ref.items():
+        assert grad.abs().max() > 0, f"{name}: a zero gradient compares nothing"
+        scale = grad.abs().max()
+        assert (grads[name] - grad).abs().max() <= 1e-5 * scale, name
+
+
+def test_each_prompt_is_forwarded_once(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    batch = _batch()
+    seen = []
+    backbone = trainer.model.get_base_model().model
+    hook = backbone.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        _loss_and_grads(trainer, batch, shared=True)
+    finally:
+        hook.remove()
+    prompt_width, completion_width = batch["prompt_ids"].size(1), batch["completion_ids"].size(1)
+    # Rows A A A B B C C C. Old log-probs 3 rows at a time (AAA, BBC, CC: a group split across chunks is
+    # forwarded in each), then the policy's log-probs and the loss: one row per distinct prompt.
+    assert [rows for rows, width in seen if width == prompt_width] == [1, 2, 1, 3, 3]
+    assert [rows for rows, width in seen if width == completion_width] == [3, 3, 2, 8, 8]
+    assert len(seen) == 10, "nothing else forwarded: no row carries its whole prompt"
+
+
+def test_prompt_runs_group_consecutive_identical_prompts():
+    ids = torch.tensor([[0, 7, 8], [0, 7, 8], [7, 8, 9], [7, 8, 9], [0, 7, 8]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 1, 1]])
+    first, run = prompt_runs(ids, mask)
+    assert first.tolist() == [0, 2, 4] and run.tolist() == [0, 0, 1, 1, 2]
+    # same tokens, different padding: different prompts
+    first, run = prompt_runs(torch.tensor([[2, 7], [2, 7]]), torch.tensor([[0, 1], [1, 1]]))
+    assert run.tolist() == [0, 1]
+
+
+def test_models_the_pass_cannot_hold_fall_back_to_trl(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    trainer.model.get_base_model().gradient_checkpointing_enable()
+    assert not trainer._shared_prefix_allowed()
