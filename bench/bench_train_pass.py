@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 PROMPTS = 4
-CONTENDERS = ("trl", "grpokit")
+CONTENDERS = ("trl", "grpokit", "grpokit-micro8")  # micro8: the loss in micro-batches of 8 rows (one group)
 
 
 def build_batch(tokenizer: Any, group: int, seed: int = 0) -> dict[str, Any]:
@@ -88,7 +88,8 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         args=build_grpo_config(recipe, out),
         train_dataset=Dataset.from_list([{"prompt": "x"}]),
         processing_class=tokenizer,
-        shared_prefix=name == "grpokit",
+        shared_prefix=name.startswith("grpokit"),
+        micro_batch_rows=8 if name == "grpokit-micro8" else None,
     )
     trainer.current_gradient_accumulation_steps = 1  # what Trainer.train sets
     trainer.model.train()
@@ -126,6 +127,7 @@ def main() -> int:
     parser.add_argument("--group", type=int, default=8, help="completions per prompt")
     parser.add_argument("--full", action="store_true", help="full fine-tune instead of the default LoRA")
     parser.add_argument("--out", default="bench/out")
+    parser.add_argument("--only", default=",".join(CONTENDERS))
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one contender in this process, print JSON
     args = parser.parse_args()
     out = Path(args.out)
@@ -138,7 +140,7 @@ def main() -> int:
 
     peak = {dtype: matmul_gflops(4096, dtype, repeats=5) for dtype in ("float32", "bfloat16")}
     results = {}
-    for name in CONTENDERS:
+    for name in args.only.split(","):
         print(f"[bench] training pass, {name}: {PROMPTS}x{args.group} rows ...", flush=True)
         command = [sys.executable, __file__, "--one", name, "--repeats", str(args.repeats), "--group", str(args.group)]
         command += ["--out", str(out)] + (["--full"] if args.full else [])
@@ -154,9 +156,9 @@ def main() -> int:
         f"{'contender':<10} {'pass s':>7} {'GFLOP':>7} {'GFLOP/s':>8} {'% peak':>7} {'peak RSS MB':>11} {'speed-up':>8}"
     )
     for name, r in results.items():
-        speedup = results["trl"]["pass_s"] / r["pass_s"]
+        speedup = results["trl"]["pass_s"] / r["pass_s"] if "trl" in results else float("nan")
         print(
-            f"{name:<10} {r['pass_s']:>7.2f} {r['gflop']:>7.1f} {r['gflops_per_s']:>8.1f} "
+            f"{name:<14} {r['pass_s']:>7.2f} {r['gflop']:>7.1f} {r['gflops_per_s']:>8.1f} "
             f"{100 * r['gflops_per_s'] / best:>6.1f}% {r['peak_rss_mb']:>11.0f} {speedup:>7.2f}x"
         )
     path = out / f"results_train_pass{'_full' if args.full else ''}_g{args.group}.json"

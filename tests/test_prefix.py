@@ -146,3 +146,35 @@ def test_models_the_pass_cannot_hold_fall_back_to_trl(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
     trainer.model.get_base_model().gradient_checkpointing_enable()
     assert not trainer._shared_prefix_allowed()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_micro_batches_give_the_whole_batch_loss_and_gradient(tiny_model_dir, tmp_path, shared):
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2)
+    trainer.model.train()
+    batch = _batch(seed=1)
+    trainer.micro_batch_rows = None
+    loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared)
+    seen = []
+    hook = trainer.model.get_base_model().model.embed_tokens.register_forward_hook(
+        lambda module, args, out: seen.append(args[0].size(0))
+    )
+    trainer.micro_batch_rows = 3  # rows A A A | B B | C C C: whole groups, one micro-batch each
+    try:
+        loss, grads, _ = _loss_and_grads(trainer, batch, shared)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for name, grad in grads_ref.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    assert max(seen[-6:] if shared else seen[-3:]) == 3, "the loss ran on micro-batches of at most 3 rows"
+
+
+def test_micro_batches_keep_groups_whole_and_split_only_groups_too_large():
+    from grpokit.trainer import micro_batches
+
+    ids = torch.tensor([[1]] * 5 + [[2]] * 2 + [[3]])
+    parts = [m.nonzero().squeeze(1).tolist() for m in micro_batches(ids, torch.ones_like(ids), 3)]
+    assert parts == [[0, 1, 2], [3, 4], [5, 6, 7]]
+    parts = [m.nonzero().squeeze(1).tolist() for m in micro_batches(ids, torch.ones_like(ids), 8)]
+    assert parts == [list(range(8))]

@@ -279,9 +279,17 @@ class RolloutSection:
 class TrainPassSection:
     """The GRPO training pass. `shared_prefix`: each group's prompt is forwarded once and its completions
     attend to its KV cache (grpokit.prefix; exact, tested against TRL's pass). Models it cannot hold
-    (gradient checkpointing, several processes, multimodal, scaled logits) fall back to TRL's pass."""
+    (gradient checkpointing, several processes, multimodal, scaled logits) fall back to TRL's pass.
+    `micro_batch_rows`: the loss and its backward run on at most this many completion rows at a time
+    (whole groups kept together), so activations of one micro-batch exist at once; the gradient is the
+    whole batch's (token-normalised losses: dapo, cispo). Empty: the whole batch at once."""
 
     shared_prefix: bool = True
+    micro_batch_rows: int | None = None
+
+    def validate(self) -> None:
+        if self.micro_batch_rows is not None and self.micro_batch_rows < 1:
+            raise RecipeError(f"train_pass.micro_batch_rows={self.micro_batch_rows}; use >= 1, or leave it out")
 
 
 @dataclass
@@ -488,7 +496,7 @@ def _list_index(node: list, part: str, parts: list[str]) -> int:
 
 
 def validate_recipe(recipe: Recipe) -> None:
-    for section in (recipe.model, recipe.lora, recipe.eval, recipe.output, recipe.launch):
+    for section in (recipe.model, recipe.lora, recipe.eval, recipe.output, recipe.launch, recipe.train_pass):
         section.validate()
     names = [stage.name for stage in recipe.stages]
     if len(set(names)) < len(names):

@@ -48,10 +48,12 @@ class GrpoTrainer(GRPOTrainer):
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
         shared_prefix: bool = True,
+        micro_batch_rows: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
+        self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
         # Schedules (grpokit.schedules): dynamic sampling with at most this many extra batches' rollouts;
         # a curriculum with one prompt dataset per level and the reward that measures success; weights.
         self.dynamic_max_extra = dynamic_max_extra
@@ -88,6 +90,35 @@ class GrpoTrainer(GRPOTrainer):
         if why:
             log.info("training pass: every completion row forwards its whole prompt (TRL's pass): the model %s", why)
         return why is None
+
+    def _micro_batches_allowed(self) -> bool:
+        """Whether the loss is a sum over rows, so that micro-batches' gradients add up to the batch's."""
+        why = None
+        if self.args.loss_type not in _TOKEN_NORMALISED_LOSSES:
+            why = f"loss_type {self.args.loss_type!r} averages over the rows of a batch"
+        elif getattr(self.args, "top_entropy_quantile", 1.0) < 1.0:
+            why = "top_entropy_quantile < 1 ranks entropies across the whole batch"
+        elif self.accelerator.num_processes > 1 or self.is_deepspeed_enabled:
+            why = "several processes (or DeepSpeed) own the backward pass"
+        if why:
+            log.info("train_pass.micro_batch_rows ignored: %s", why)
+        return why is None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The loss in micro-batches of whole groups (train_pass.micro_batch_rows): each but the last is
+        back-propagated here, so only one micro-batch's activations exist at a time. With a token-normalised
+        loss (its normaliser, `num_items_in_batch`, counts the whole batch) the summed gradient is the
+        batch's. The returned value is the batch's loss; only its last part carries a gradient."""
+        rows = inputs["completion_ids"].size(0)
+        if return_outputs or not self.micro_batch_rows or rows <= self.micro_batch_rows or not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        parts = micro_batches(inputs["prompt_ids"], inputs["prompt_mask"], self.micro_batch_rows)
+        done = torch.zeros((), device=inputs["completion_ids"].device)
+        for mask in parts[:-1]:
+            loss = super().compute_loss(model, _select_rows(inputs, mask))
+            self.accelerator.backward(loss)
+            done = done + loss.detach()
+        return super().compute_loss(model, _select_rows(inputs, parts[-1])) + done
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -396,6 +427,38 @@ def pad_mask(mask: torch.Tensor, target: int) -> torch.Tensor:
         mask = mask.clone()
         mask[(~mask).nonzero().squeeze(1)[:missing]] = True
     return mask
+
+
+def micro_batches(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, rows: int) -> list[torch.Tensor]:
+    """Row masks of consecutive micro-batches of at most `rows` rows, whole groups of one prompt kept
+    together where a group fits (the shared-prefix pass then forwards each prompt once).
+
+    >>> ids = torch.tensor([[1], [1], [1], [2], [2], [3], [3], [3]])
+    >>> [m.nonzero().squeeze(1).tolist() for m in micro_batches(ids, torch.ones_like(ids), 4)]
+    [[0, 1, 2], [3, 4], [5, 6, 7]]
+    """
+    _, run = prefix.prompt_runs(prompt_ids, prompt_mask)  # [B]
+    sizes = torch.bincount(run).tolist()
+    bounds, start, size = [], 0, 0
+    for group in sizes:
+        while group > rows:  # a group larger than a micro-batch is split
+            if size:
+                bounds.append((start, start + size))
+                start, size = start + size, 0
+            bounds.append((start, start + rows))
+            start, group = start + rows, group - rows
+        if size + group > rows:
+            bounds.append((start, start + size))
+            start, size = start + size, 0
+        size += group
+    if size:
+        bounds.append((start, start + size))
+    masks = []
+    for lo, hi in bounds:
+        mask = torch.zeros(prompt_ids.size(0), dtype=torch.bool, device=prompt_ids.device)
+        mask[lo:hi] = True
+        masks.append(mask)
+    return masks
 
 
 def _select_rows(batch: dict[str, Any], mask: torch.Tensor) -> dict[str, Any]:
