@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from grpokit.config import RecipeError, apply_override, build_recipe, load_recipe
+from grpokit.tasks.arithmetic import ArithmeticTask
 
 ALL_YAML = sorted(Path(__file__).resolve().parents[1].joinpath("recipes").rglob("*.yaml"))
 # accelerate launch configs (DDP, DeepSpeed, FSDP), not recipes.
@@ -211,3 +212,43 @@ def test_task_tags_are_a_recipe_setting(tmp_path):
 def test_bad_task_tags_fail_with_the_key_named(tags, message):
     with pytest.raises(RecipeError, match=message):
         build_recipe({**MINIMAL, "task": {"tags": tags}})
+
+
+def test_prefill_think_is_a_recipe_setting():
+    assert build_recipe(MINIMAL).task.prefill == ""  # off by default: the template's prompt as it is
+    recipe = build_recipe({**MINIMAL, "task": {"prefill_think": True}})
+    assert recipe.task.prefill == "<think>"
+    assert build_recipe(recipe.to_dict()).task.prefill_think is True  # the resolved recipe keeps it
+    reasoning = build_recipe({**MINIMAL, "task": {"prefill_think": True, "tags": {"think": "reasoning"}}})
+    assert reasoning.task.prefill == "<reasoning>"
+
+
+class UntaggedDemonstrations(ArithmeticTask):
+    """A task (by dotted path) whose demonstrations give the answer without opening a thought."""
+
+    def demonstration(self, example):
+        return f"<answer>{example['answer']}</answer>"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            {"grpo": {**MINIMAL["grpo"], "chat_template_kwargs": {"enable_thinking": False}}},
+            "task.prefill_think with grpo.chat_template_kwargs.enable_thinking: false",
+        ),
+        (
+            {"stages": [{"name": "think", "grpo": {"chat_template_kwargs": '{"enable_thinking": false}'}}]},
+            "stage 'think': task.prefill_think with .*enable_thinking: false",
+        ),
+        (
+            {"stages": [{"name": "warmup", "kind": "sft"}, {"name": "grpo"}]},
+            "stage 'warmup': task.prefill_think: .* do not open with <think>",
+        ),
+    ],
+)
+def test_prefill_think_that_cannot_work_fails_when_the_recipe_loads(raw, message):
+    task = {"prefill_think": True, "name": "tests.test_config.UntaggedDemonstrations"}
+    with pytest.raises(RecipeError, match=message):
+        build_recipe({**MINIMAL, "task": task, **raw})
+    build_recipe({**MINIMAL, "task": {**task, "prefill_think": False}, **raw})  # the same recipe without it loads

@@ -100,6 +100,41 @@ def test_eval_reads_completions_in_the_recipes_tags_after_a_prefilled_thought(mo
     assert result.sampled_format_rate == 1.0 and result.maj_at_k["2"] == 1.0
 
 
+def test_eval_of_a_prefill_think_recipe_opens_the_thought_and_scores_what_follows(monkeypatch):
+    """`task.prefill_think` with a template that does not open the thought: the prompt ends with `<think>`,
+    and completions written from inside the thought are read with it put back."""
+    grpo = {"num_generations": 2, "per_device_train_batch_size": 2, "bf16": False}
+    recipe = build_recipe({"task": {"prefill_think": True}, "rewards": [{"name": "correctness"}], "grpo": grpo})
+    task = build_task("arithmetic")
+    problems = task.dataset("eval", 2)
+    right = f"b * c first.</think><answer>{problems[0]['answer']}</answer>"
+    doubled = f"<think>x</think><answer>{problems[1]['answer']}</answer>"  # opened again by the model: fine too
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, **_):
+        seen.extend(prompts)
+        return ev._Generations([[right], [doubled]], [1, 1], 0, 1.0)
+
+    class Model:
+        training = False
+
+        def eval(self):
+            pass
+
+        def train(self, mode):
+            pass
+
+    class Tokenizer:
+        def apply_chat_template(self, messages, **_):
+            return messages[-1]["content"] + "|assistant\n"
+
+    monkeypatch.setattr(ev, "_generate", fake_generate)
+    result = ev.evaluate_recipe(Model(), Tokenizer(), task, problems, recipe)
+    assert [prompt.endswith("|assistant\n<think>") for prompt in seen] == [True, True]
+    assert result.accuracy == 1.0 and result.format_rate == 1.0
+    assert result.samples[0]["completion"] == right  # kept as the model wrote it
+
+
 def test_eval_command_on_a_run_directory_and_on_a_model(tiny_model_dir, tmp_path, capsys):
     from grpokit import train
     from grpokit.cli import main

@@ -101,3 +101,31 @@ def test_export_and_chat_follow_the_recipes_tags(tmp_path):
     assert think_prefilled(prompt, Tags(think="reasoning")) and not think_prefilled(prompt)
     _, _, system, _ = chat.load(str(run_dir), None)
     assert "<reasoning> </reasoning>" in system and "<think>" not in system
+
+
+def test_export_of_a_prefill_think_run_whose_template_opens_the_thought_itself(tmp_path):
+    """The template's own `<think>` is the prefill: neither training nor the exported template adds a second."""
+    import shutil
+
+    import yaml
+    from transformers import AutoTokenizer
+
+    from grpokit import export
+    from grpokit.tasks.base import render_prompt
+    from tests.conftest import CHATML, build_tiny_model
+
+    prefilling = CHATML.replace("'<|im_start|>assistant\n'", "'<|im_start|>assistant\n<think>\n'")
+    model_dir = build_tiny_model(tmp_path / "base", chat_template=prefilling)
+    run_dir = tmp_path / "run"
+    shutil.copytree(model_dir, run_dir / "model")  # a full fine-tune's run directory, without the training
+    recipe = build_recipe(tiny_recipe(model_dir, tmp_path / "runs", task={"prefill_think": True}))
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict()), encoding="utf-8")
+
+    out = export.main(run_dir, tmp_path / "exported")
+    assert json.loads((out / "grpokit_export.json").read_text())["prefill_think"] is True
+    messages = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}, {"role": "user", "content": "What is 2 + 3?"}]
+    trained = render_prompt(AutoTokenizer.from_pretrained(model_dir), messages, {}, recipe.task.prefill)
+    plain = AutoTokenizer.from_pretrained(out).apply_chat_template(
+        messages[1:], tokenize=False, add_generation_prompt=True
+    )
+    assert plain == trained and plain.endswith("<|im_start|>assistant\n<think>\n")

@@ -90,3 +90,13 @@ def test_a_hanging_reward_does_not_hang_the_report(tmp_path):
     assert "tests.test_report.make_sleepy error" in page and "format 1.0" in page
     assert re.search(r"scoring: tests\.test_report\.make_sleepy: 6 completion\(s\) not scored .*TimeoutError", page)
     assert "stopped calling it after 1 timeout(s) of 0.5 s" in page
+
+
+def test_a_prefill_think_runs_saved_completions_are_scored_with_the_prompts_thought_tag(tmp_path):
+    from tests.fake_runs import make_run
+
+    opened = make_run(tmp_path, "opened", recipe={"task": {"name": "arithmetic", "prefill_think": True}})
+    plain = make_run(tmp_path, "plain")
+    completion = "2 + 3 * 4 = 14.</think><answer>14</answer>"  # as saved: the prompt ended with <think>
+    assert [score(completion, {"answer": 14}) for score in report._scorers(opened)] == [1.0, 1.0]
+    assert [score(completion, {"answer": 14}) for score in report._scorers(plain)] == [0.0, 1.0]

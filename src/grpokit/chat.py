@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 
 def load(target: str, task_name: str | None) -> tuple[Any, Any, str, dict[str, Any]]:
-    """(model, tokenizer, system prompt, chat template switches) for a run directory or a model."""
+    """(model, tokenizer, system prompt, rendering) for a run directory or a model: `rendering` are the
+    keyword arguments of `reply` that render prompts as the run trained on them (switches, prefill)."""
     from grpokit.config import load_recipe
     from grpokit.models import load_trained
     from grpokit.tasks import get_task_class
@@ -25,13 +26,13 @@ def load(target: str, task_name: str | None) -> tuple[Any, Any, str, dict[str, A
         model, tokenizer = load_trained(target, recipe.model.name, recipe.model.dtype, recipe.model.revision)
         task_class = get_task_class(task_name or recipe.task.name)
         system = recipe.task.system_prompt or task_class.instruction(recipe.task.tags)
-        switches = recipe.chat_template_kwargs
-    else:
+        rendering = {"chat_template_kwargs": recipe.chat_template_kwargs, "prefill": recipe.task.prefill}
+    else:  # an exported folder's chat template has the run's switches and prefill built in
         model, tokenizer = load_trained(target, target)
         system = get_task_class(task_name or "arithmetic").instruction()
-        switches = {}
+        rendering = {}
     model.eval()
-    return model, tokenizer, system, switches
+    return model, tokenizer, system, rendering
 
 
 def reply(
@@ -41,14 +42,17 @@ def reply(
     out: TextIO,
     max_new_tokens: int,
     chat_template_kwargs: dict[str, Any] | None = None,
+    prefill: str = "",
 ) -> str:
-    """Generate the assistant's turn greedily, writing tokens to `out` as they come."""
+    """Generate the assistant's turn greedily, writing tokens to `out` as they come; the turn opens with
+    `prefill` (`<think>` under the recipe's `task.prefill_think`), which is written and returned too."""
     import torch
     from transformers import TextIteratorStreamer
 
     from grpokit.tasks.base import render_prompt, tokenize_prompts
 
-    ids = tokenize_prompts(tokenizer, [render_prompt(tokenizer, messages, chat_template_kwargs)])  # as training saw it
+    prompt = render_prompt(tokenizer, messages, chat_template_kwargs, prefill)
+    ids = tokenize_prompts(tokenizer, [prompt])  # as training saw it
     inputs = {"input_ids": torch.tensor(ids, device=model.device)}
     inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -68,7 +72,8 @@ def reply(
 
     worker = threading.Thread(target=generate, daemon=True)
     worker.start()
-    pieces = []
+    pieces = [prefill]
+    out.write(prefill)
     for piece in streamer:
         pieces.append(piece)
         out.write(piece)
@@ -86,10 +91,10 @@ def main(
     stdin: TextIO = sys.stdin,
     stdout: TextIO = sys.stdout,
 ) -> int:
-    model, tokenizer, system, switches = load(target, task_name)
+    model, tokenizer, system, rendering = load(target, task_name)
     messages = [{"role": "system", "content": system}]
     if prompt is not None:
-        reply(model, tokenizer, [*messages, {"role": "user", "content": prompt}], stdout, max_new_tokens, switches)
+        reply(model, tokenizer, [*messages, {"role": "user", "content": prompt}], stdout, max_new_tokens, **rendering)
         return 0
     stdout.write(f"system: {system}\n(empty line or Ctrl-D to quit)\n")
     while True:
@@ -99,5 +104,5 @@ def main(
         if not line.strip():
             return 0
         messages.append({"role": "user", "content": line.strip()})
-        answer = reply(model, tokenizer, messages, stdout, max_new_tokens, switches)
+        answer = reply(model, tokenizer, messages, stdout, max_new_tokens, **rendering)
         messages.append({"role": "assistant", "content": answer})

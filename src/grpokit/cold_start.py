@@ -14,8 +14,9 @@ from typing import Any
 
 from grpokit.checkpoints import mark_complete
 from grpokit.config import Recipe, default_report_to
+from grpokit.parsing import THINK_TAGS, Tags
 from grpokit.precision import trainer_precision
-from grpokit.tasks.base import Task, render_prompt, tokenize_prompts
+from grpokit.tasks.base import Task, render_prompt, think_prefilled, tokenize_prompts
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +30,30 @@ def build_demonstrations(task: Task, tokenizer: Any, recipe: Recipe) -> list[dic
     see (`tokenize_prompts`), and the completion follows them as sampled tokens would.
     """
     examples = [task.example("train", 1_000_000 + i) for i in range(recipe.cold_start.examples)]  # apart from GRPO's
-    kwargs = recipe.chat_template_kwargs
-    prompts = tokenize_prompts(
-        tokenizer, [render_prompt(tokenizer, task.messages(ex, recipe.task.system_prompt), kwargs) for ex in examples]
-    )
-    answers = tokenizer(text=[task.demonstration(ex) for ex in examples], add_special_tokens=False)["input_ids"]
+    kwargs, prefill = recipe.chat_template_kwargs, recipe.task.prefill
+    texts = [render_prompt(tokenizer, task.messages(ex, recipe.task.system_prompt), kwargs, prefill) for ex in examples]
+    prompts = tokenize_prompts(tokenizer, texts)
+    demonstrations = [
+        opened_by_prompt(task.demonstration(ex), text, task.tags) for ex, text in zip(examples, texts, strict=True)
+    ]
+    answers = tokenizer(text=demonstrations, add_special_tokens=False)["input_ids"]
     rows = []
     for prompt, answer in zip(prompts, answers, strict=True):
         completion = [*answer, tokenizer.eos_token_id]
         rows.append({"input_ids": prompt + completion, "completion_mask": [0] * len(prompt) + [1] * len(completion)})
     return rows
+
+
+def opened_by_prompt(demonstration: str, prompt: str, tags: Tags = THINK_TAGS) -> str:
+    """The demonstration as the completion of `prompt`: without its opening thought tag when the prompt
+    already ends with it (`task.prefill_think`, or a template that opens the thought), as sampled text would be.
+
+    >>> opened_by_prompt("<think>x</think><answer>6</answer>", "assistant\\n<think>")
+    'x</think><answer>6</answer>'
+    """
+    if think_prefilled(prompt, tags):
+        return demonstration.lstrip().removeprefix(tags.think_open)
+    return demonstration
 
 
 def build_trainer(model: Any, tokenizer: Any, recipe: Recipe, out_dir: Path, callbacks: list | None = None) -> Any:

@@ -87,8 +87,16 @@ class TaskSection:
     # The thought and answer tag names: {think: reasoning} for <reasoning>…</reasoning><answer>…</answer>.
     # Parsing, format rewards, demonstrations, the system prompt, `rewards check` and export follow them.
     tags: Tags = THINK_TAGS
+    # Open the assistant's turn with the thought tag (`<think>`) in every prompt: training, the cold start,
+    # evaluation, chat and the exported chat template. The model starts inside its thought (R1-zero).
+    prefill_think: bool = False
     # How many distinct training prompts GRPO draws from.
     train_size: int = 5000
+
+    @property
+    def prefill(self) -> str:
+        """The text that opens the assistant's turn after the chat template's generation prompt."""
+        return self.tags.think_open if self.prefill_think else ""
 
     def validate(self) -> None:
         if self.train_size < 1:
@@ -531,9 +539,17 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
             f"task {task.name!r} scores in the sandbox worker, which lacks {', '.join(missing)} on this machine "
             "(see grpokit env); install them, or set sandbox.allow_unconfined: true to score without"
         )
+    _validate_prefill(recipe)
     if kind == "sft":
-        if task.demonstration(task.example("train", 0)) is None:
+        demonstration = task.demonstration(task.example("train", 0))
+        if demonstration is None:
             raise RecipeError(f"task {task.name!r} cannot write demonstrations, so it has no sft stage")
+        if recipe.task.prefill_think and not demonstration.lstrip().startswith(recipe.task.tags.think_open):
+            raise RecipeError(
+                f"task.prefill_think: task {task.name!r} writes demonstrations that do not open with "
+                f"{recipe.task.tags.think_open}, so they cannot follow the prefilled tag; drop the sft stage "
+                "or task.prefill_think"
+            )
         return
     curriculum = recipe.curriculum
     if curriculum.param is not None:
@@ -551,10 +567,18 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
     for spec in recipe.rewards:
         spec.validate()
         get_reward_factory(spec.name)
-    _ = recipe.chat_template_kwargs  # a malformed value raises here, before any model loads
     if "reward_weights" in recipe.grpo:
         raise RecipeError("set reward weights as rewards[*].weight, not grpo.reward_weights")
     build_grpo_config(recipe, output_dir="unused")
+
+
+def _validate_prefill(recipe: Recipe) -> None:
+    switches = recipe.chat_template_kwargs  # a malformed value raises here, before any model loads
+    if recipe.task.prefill_think and switches.get("enable_thinking") is False:
+        raise RecipeError(
+            "task.prefill_think with grpo.chat_template_kwargs.enable_thinking: false: the template then writes "
+            f"an empty, closed thought before the prefilled {recipe.task.tags.think_open}; drop one of the two"
+        )
 
 
 def build_grpo_config(recipe: Recipe, output_dir: str | Path):

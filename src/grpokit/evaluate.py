@@ -163,6 +163,7 @@ def evaluate(
     temperature: float = 1.0,
     stop_texts: tuple[str, ...] = (),
     chat_template_kwargs: dict[str, Any] | None = None,
+    prefill: str = "",
     score_timeout: float | None = DEFAULT_TIMEOUT_S,
 ) -> EvalResult:
     """Greedy-decode every example once and score it with `task.score`; optionally sample for pass@k.
@@ -170,9 +171,12 @@ def evaluate(
     `stop_texts` end a completion as they end a training rollout (`rollout.stop_at_answer`), so the
     model is evaluated on the completions it is trained on. `task.score` runs under the training
     rewards' isolation (`grpokit.guarded`): a completion it fails on or that takes longer than
-    `score_timeout` seconds scores 0 and is counted in `score_errors`.
+    `score_timeout` seconds scores 0 and is counted in `score_errors`. `prefill` opens the assistant's turn
+    as in training (`render_prompt`); a completion after a prefilled thought tag is scored with it put back.
     """
-    prompts = [render_prompt(tokenizer, task.messages(ex, system_prompt), chat_template_kwargs) for ex in examples]
+    prompts = [
+        render_prompt(tokenizer, task.messages(ex, system_prompt), chat_template_kwargs, prefill) for ex in examples
+    ]
     prefilled = think_prefilled(prompts[0], task.tags) if prompts else False
     was_training = model.training
     model.eval()
@@ -302,6 +306,7 @@ def evaluate_recipe(
         temperature=recipe.eval.temperature,
         stop_texts=stop_texts(recipe),
         chat_template_kwargs=recipe.chat_template_kwargs,
+        prefill=recipe.task.prefill,
         score_timeout=max((spec.timeout for spec in recipe.rewards), default=DEFAULT_TIMEOUT_S) or None,
     )
 

@@ -2,9 +2,10 @@
 
 The folder loads with `transformers.pipeline("text-generation", model=OUT)` and nothing else: merged
 weights (safetensors), tokenizer, generation config, and a chat template whose default system
-message is the task's instruction and whose switches default to the recipe's `chat_template_kwargs`, so a
-plain chat call sees the prompt ids training saw and answers in the trained
-`<think>…</think><answer>…</answer>` format (in the recipe's `task.tags`, which that instruction names).
+message is the task's instruction, whose switches default to the recipe's `chat_template_kwargs` and whose
+generation prompt opens the thought when the recipe's `task.prefill_think` did, so a plain chat call sees
+the prompt ids training saw and answers in the trained `<think>…</think><answer>…</answer>` format (in
+the recipe's `task.tags`, which that instruction names).
 `grpokit_export.json` records where it came from, tags included.
 """
 
@@ -54,10 +55,26 @@ def default_switches(template: str, switches: dict[str, Any]) -> str:
     return prefix + template
 
 
+def prefill_generation(template: str, prefill: str) -> str:
+    """Wrap a chat template so that its generation prompt ends with `prefill` (the recipe's `task.prefill`).
+
+    Appended after the template, outside any whitespace control, so everything else renders as before.
+
+    >>> from jinja2 import Template
+    >>> t = "{% for m in messages %}{{ m.content }}|{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
+    >>> messages = [{"content": "hi"}]
+    >>> wrapped = Template(prefill_generation(t, "<think>"))
+    >>> wrapped.render(messages=messages, add_generation_prompt=True), wrapped.render(messages=messages)
+    ('hi|A:<think>', 'hi|')
+    """
+    return template + f"{{% if add_generation_prompt %}}{{{{ {json.dumps(prefill)} }}}}{{% endif %}}"
+
+
 def main(run_dir: str | Path, out: str | Path) -> Path:
     from grpokit.config import load_recipe
     from grpokit.models import load_trained
     from grpokit.tasks import get_task_class
+    from grpokit.tasks.base import render_prompt
 
     run_dir, out = Path(run_dir), Path(out)
     recipe_path = run_dir / "recipe.yaml"
@@ -72,6 +89,10 @@ def main(run_dir: str | Path, out: str | Path) -> Path:
         model = model.merge_and_unload()
     system_prompt = recipe.task.system_prompt or get_task_class(recipe.task.name).instruction(recipe.task.tags)
     template = default_switches(tokenizer.chat_template, recipe.chat_template_kwargs)
+    conversation = [{"role": "system", "content": system_prompt}, {"role": "user", "content": "1 + 1"}]
+    switches, prefill = recipe.chat_template_kwargs, recipe.task.prefill
+    if render_prompt(tokenizer, conversation, switches, prefill) != render_prompt(tokenizer, conversation, switches):
+        template = prefill_generation(template, prefill)  # grpokit opened the thought, not the template
     tokenizer.chat_template = default_system_template(template, system_prompt)
     tokenizer.padding_side = "left"
     out.mkdir(parents=True, exist_ok=True)
@@ -83,6 +104,7 @@ def main(run_dir: str | Path, out: str | Path) -> Path:
         "task": recipe.task.name,
         "system_prompt": system_prompt,
         "tags": {"think": recipe.task.tags.think, "answer": recipe.task.tags.answer},
+        "prefill_think": recipe.task.prefill_think,
     }
     (out / "grpokit_export.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
     log.info("exported to %s", out)

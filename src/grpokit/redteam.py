@@ -136,4 +136,4 @@ def main(recipe: Any, n: int = 8) -> list[Finding]:
 
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
     rewards = [(s.name, s.weight, make_reward(s.name, task, s.params)) for s in recipe.rewards]
-    return check(task, rewards, task.dataset("eval", n))
+    return check(task, rewards, task.dataset("eval", n), think_prefilled=recipe.task.prefill_think)

@@ -187,13 +187,14 @@ def _scorers(run_dir: Path) -> list[Guarded]:
 
         recipe = load_recipe(run_dir / "recipe.yaml")
         task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+        prefilled = recipe.task.prefill_think  # saved completions start after the prompt's thought tag
         out = []
         for spec in recipe.rewards:
             reward = make_reward(spec.name, task, spec.params)
             out.append(
                 Guarded(
                     spec.name,
-                    lambda text, row, reward=reward: reward(normalize_completion(text), row),
+                    lambda text, row, reward=reward: reward(normalize_completion(text, prefilled, task.tags), row),
                     spec.timeout or None,
                 )
             )

@@ -283,10 +283,10 @@ def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
     from datasets import Dataset
 
     rows = task.dataset("train", recipe.task.train_size, distinct=False)
-    kwargs = recipe.chat_template_kwargs
+    kwargs, prefill = recipe.chat_template_kwargs, recipe.task.prefill
     return Dataset.from_list(
         [
-            {**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt), kwargs)}
+            {**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt), kwargs, prefill)}
             for row in rows
         ]
     )

@@ -5,7 +5,7 @@ import pytest
 from grpokit.parsing import THINK_TAGS, Tags, is_strict_format
 from grpokit.rewards import make_reward
 from grpokit.tasks import TASKS, build_task
-from grpokit.tasks.base import DEFAULT_SYSTEM_PROMPT, think_prefilled
+from grpokit.tasks.base import DEFAULT_SYSTEM_PROMPT, render_prompt, think_prefilled
 from tests.data_files import build_test_task
 
 REASONING = Tags(think="reasoning")
@@ -48,3 +48,29 @@ def test_prefill_detection_follows_the_tags():
     prompt = "<|im_start|>assistant\n<reasoning>\n"
     assert think_prefilled(prompt, REASONING) and not think_prefilled(prompt)
     assert think_prefilled("<|im_start|>assistant\n<think>\n") and not think_prefilled("<think>\n", REASONING)
+
+
+class _Template:
+    """A chat template whose generation prompt is `opening`."""
+
+    def __init__(self, opening: str) -> None:
+        self.opening = opening
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt, **switches):
+        assert not tokenize and add_generation_prompt
+        return "".join(f"[{m['role']}] {m['content']}\n" for m in messages) + self.opening
+
+
+@pytest.mark.parametrize(
+    ("opening", "prefill", "ends"),
+    [
+        ("[assistant]\n", "<think>", "[assistant]\n<think>"),  # task.prefill_think opens the thought
+        ("[assistant]\n<think>\n", "<think>", "[assistant]\n<think>\n"),  # the template did: no second tag
+        ("[assistant]\n", "<reasoning>", "[assistant]\n<reasoning>"),
+        ("[assistant]\n", "", "[assistant]\n"),  # off: the template's prompt as it is
+    ],
+)
+def test_the_prefill_opens_the_assistants_turn_once(opening, prefill, ends):
+    messages = [{"role": "system", "content": "Think inside <think> </think>."}, {"role": "user", "content": "1 + 1"}]
+    prompt = render_prompt(_Template(opening), messages, None, prefill)
+    assert prompt == "[system] Think inside <think> </think>.\n[user] 1 + 1\n" + ends

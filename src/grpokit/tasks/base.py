@@ -121,16 +121,24 @@ def partition(items: list, key: Any, eval_fraction: float) -> dict[str, list]:
 
 
 def render_prompt(
-    tokenizer: Any, messages: list[dict[str, str]], chat_template_kwargs: dict[str, Any] | None = None
+    tokenizer: Any,
+    messages: list[dict[str, str]],
+    chat_template_kwargs: dict[str, Any] | None = None,
+    prefill: str = "",
 ) -> str:
     """The exact text the model sees, shared by training, evaluation, the cold start and chat.
 
     `chat_template_kwargs` are the template's own switches (Qwen3's `enable_thinking`), from the recipe's
     `grpo.chat_template_kwargs`: grpokit renders prompts to text itself, so TRL never sees them.
+    `prefill` opens the assistant's turn (the recipe's `task.prefill`, `<think>` under `task.prefill_think`),
+    unless the template's generation prompt already ends with it.
     """
-    return tokenizer.apply_chat_template(
+    prompt = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
     )
+    if prefill and not prompt.rstrip().endswith(prefill):
+        prompt += prefill
+    return prompt
 
 
 def tokenize_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
