@@ -7,7 +7,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("recipe_name", ["arithmetic_grpo", "countdown_grpo", "math_grpo", "reasoning_gym_grpo"])
+@pytest.mark.parametrize(
+    "recipe_name", ["arithmetic_grpo", "arithmetic_r1_zero", "countdown_grpo", "math_grpo", "reasoning_gym_grpo"]
+)
 def test_embedded_model_converts_loads_and_trains_two_steps(tmp_path, recipe_name, monkeypatch):
     import json
 
