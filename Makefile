@@ -43,7 +43,8 @@ test-fast: setup
 
 # Benchmarks print tables; bench/RESULTS.md keeps each measured version. Nothing else should run meanwhile.
 bench: setup
-	$(BIN)/python bench/bench_step.py
+	$(BIN)/python bench/bench_step.py --workload recipe
+	$(BIN)/python bench/bench_train_pass.py
 
 bench-skill: setup
 	$(BIN)/python bench/time_to_skill.py

@@ -1,8 +1,21 @@
 """`make bench`: one GRPO step, grpokit vs plain TRL, on the embedded model; prints one table.
 
-Same work for every contender: SmolLM2-135M-Instruct full fine-tune, the arithmetic task's first 4
-training prompts x 8 completions, exactly 64 completion tokens each (`min_new_tokens` forces the
-length), the seed's two rewards (strict format + correctness). Contenders:
+Two workloads, the same for every contender within one:
+
+- `--workload recipe` (the headline, what a run really does): the default recipe's GRPO step on the
+  model as its warm-up leaves it: the recipe's prompts (4 per step x 8 completions), its sampling
+  (T=1, at most 64 tokens, natural lengths), its rewards and its LoRA adapter. The warm-up is trained
+  once by the recipe's own sft stage and cached in `<out>/warm-model` (or `--warm ADAPTER_DIR`, a run's
+  saved warm-up adapter). Every contender starts from that model with a fresh LoRA adapter (B = 0, so
+  the policy is the warm-up model). grpokit runs as the recipe configures it (dynamic sampling, row
+  skipping, shared prefix, micro-batches); `grpokit-one-batch` without dynamic sampling does TRL's
+  amount of sampling.
+- `--workload forced`: SmolLM2-135M-Instruct, the arithmetic task's first 4 training prompts x 8
+  completions, exactly 64 completion tokens each (`min_new_tokens` forces the length), strict format +
+  correctness. On the untouched model every reward is 0, so grpokit's row skipping trains nothing: that
+  step is reported as what it is, and `grpokit-no-skip` (every row trained) is the worst case.
+
+Contenders:
 
 - TRL defaults: `GRPOTrainer` as the reference scripts use it (bf16 on, activation checkpointing on);
 - TRL hand-tuned for a CPU: float32, no checkpointing, beta 0;
@@ -19,7 +32,8 @@ is the machine's ceiling), divided by the model's FLOPs per token (2 x parameter
 `--lora` gives every contender the default recipe's adapter (LoRA r=16 on all linear layers) instead
 of the full fine-tune.
 
-Run: `make bench` (or python bench/bench_step.py --steps 3 --only grpokit,trl-tuned [--lora]).
+Results go to `<out>/results_<workload>[_lora].json` with the CPU, GEMM rates and every contender's
+numbers. Run: `make bench` (or python bench/bench_step.py --workload recipe --steps 4 --only grpokit,trl-tuned).
 """
 
 from __future__ import annotations
@@ -29,13 +43,87 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 PROMPTS, GENERATIONS, TOKENS = 4, 8, 64
+RECIPE = "recipes/smollm2/arithmetic_grpo.yaml"
+SLOW_BF16 = 0.5  # bf16 / fp32 matmul speed below which TRL's bf16 defaults are left out unless asked for
+CONTENDERS = {
+    "recipe": "trl-defaults,trl-tuned,grpokit,grpokit-one-batch",
+    "forced": "trl-defaults,trl-tuned,grpokit,grpokit-no-skip",
+}
 
 
-def contender_config(name: str, out: Path) -> Any:
+@dataclass
+class Workload:
+    name: str  # "recipe" or "forced"
+    model: str  # "embedded" or a saved model folder
+    max_tokens: int
+    min_tokens: int  # forced length (0: natural lengths)
+    temperature: float
+    learning_rate: float
+    recipe: Any = None  # the default recipe's GRPO stage as grpokit sees it (recipe workload)
+    lora: bool = False
+    rewards: list[tuple[str, float]] = field(default_factory=lambda: [("format", 1.0), ("correctness", 1.0)])
+    task_params: dict[str, Any] = field(default_factory=dict)
+
+
+def recipe_workload(out: Path, warm: str | None) -> Workload:
+    from grpokit.config import load_recipe, stage_recipe
+
+    recipe = load_recipe(RECIPE)
+    stage = next(s for s in recipe.stages if s.kind == "grpo")
+    seen = stage_recipe(recipe, stage)
+    return Workload(
+        name="recipe",
+        model=str(warm_model(recipe, out, warm)),
+        max_tokens=seen.grpo["max_completion_length"],
+        min_tokens=0,
+        temperature=seen.grpo.get("temperature", 1.0),
+        learning_rate=seen.grpo["learning_rate"],
+        recipe=seen,
+        lora=True,
+        rewards=[(spec.name, spec.weight) for spec in seen.rewards],
+        task_params=seen.task.params,
+    )
+
+
+def warm_model(recipe: Any, out: Path, adapter: str | None) -> Path:
+    """The embedded model as the recipe's warm-up (sft) stage leaves it, merged into plain weights: a run's
+    saved adapter (`adapter`), else the stage trained here once and cached in `out/warm-model`."""
+    folder = out / ("warm-model" if adapter is None else f"warm-model-{Path(adapter).name}")
+    if (folder / "config.json").is_file():
+        return folder
+    from grpokit.models import load_model
+
+    model, tokenizer = load_model("embedded")
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
+    else:
+        from grpokit import cold_start
+        from grpokit.config import stage_recipe
+        from grpokit.train import attach_lora
+
+        stage = next(s for s in recipe.stages if s.kind == "sft")
+        print(f"[bench] training the recipe's warm-up ({stage.steps} sft steps) once, into {folder}", flush=True)
+        model = attach_lora(model, recipe)
+        trainer = cold_start.build_trainer(
+            model, tokenizer, stage_recipe(recipe, stage), out / "warm-train", callbacks=[]
+        )
+        trainer.args.save_strategy = "no"
+        trainer.train()
+        model = trainer.model
+    model = model.merge_and_unload()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def contender_config(name: str, out: Path, work: Workload) -> Any:
     from trl import GRPOConfig
 
     common = dict(
@@ -43,9 +131,11 @@ def contender_config(name: str, out: Path) -> Any:
         use_cpu=True,
         per_device_train_batch_size=PROMPTS * GENERATIONS,
         num_generations=GENERATIONS,
-        max_completion_length=TOKENS,
-        generation_kwargs={"min_new_tokens": TOKENS},
-        learning_rate=1e-6,
+        max_completion_length=work.max_tokens,
+        temperature=work.temperature,
+        generation_kwargs={"min_new_tokens": work.min_tokens} if work.min_tokens else None,
+        reward_weights=[w for _, w in work.rewards],
+        learning_rate=work.learning_rate,
         logging_steps=1,
         save_strategy="no",
         report_to=[],
@@ -59,12 +149,18 @@ def contender_config(name: str, out: Path) -> Any:
     if name.startswith("grpokit"):
         from grpokit.config import build_grpo_config, build_recipe
 
+        if work.recipe is not None:  # the recipe's own GRPO settings, as `grpokit train` builds them
+            import dataclasses
+
+            grpo = {**work.recipe.grpo, "max_steps": 1, "report_to": [], "disable_tqdm": True, "seed": 0}
+            output = dataclasses.replace(work.recipe.output, save_every=0)
+            return build_grpo_config(dataclasses.replace(work.recipe, grpo=grpo, output=output), out)
         grpo = {k: v for k, v in common.items() if k not in ("output_dir", "use_cpu", "save_strategy", "report_to")}
         recipe = build_recipe(
             {
                 "model": {"name": "embedded"},
                 "lora": {"enabled": False},
-                "rewards": [{"name": "format"}, {"name": "correctness"}],
+                "rewards": [{"name": n, "weight": w} for n, w in work.rewards],
                 # bf16 left to grpokit: on where this machine measures it faster (grpokit.precision).
                 "grpo": {**grpo, "activation_checkpointing": False, "beta": 0.0},
                 "output": {"save_every": 0},
@@ -74,7 +170,23 @@ def contender_config(name: str, out: Path) -> Any:
     raise ValueError(name)
 
 
-def run_contender(name: str, steps: int, out: Path, lora: bool = False) -> dict[str, float]:
+def grpokit_kwargs(name: str, work: Workload) -> dict[str, Any]:
+    if work.recipe is None:
+        return {"skip_zero_advantage": name != "grpokit-no-skip"}
+    from grpokit.evaluate import stop_texts
+
+    recipe = work.recipe
+    dynamic = recipe.dynamic_sampling.enabled and name == "grpokit"
+    return {
+        "stop_texts": stop_texts(recipe),
+        "rollout_copy": recipe.rollout.merged_copy,
+        "shared_prefix": recipe.train_pass.shared_prefix,
+        "micro_batch_rows": recipe.train_pass.micro_batch_rows,
+        "dynamic_max_extra": recipe.dynamic_sampling.max_extra if dynamic else None,
+    }
+
+
+def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str, float]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -87,28 +199,30 @@ def run_contender(name: str, steps: int, out: Path, lora: bool = False) -> dict[
     from grpokit.trainer import GrpoTrainer
 
     torch.manual_seed(0)
-    model, tokenizer = load_model("embedded")
-    task = build_task("arithmetic")
-    rows = task.dataset("train", PROMPTS)
-    data = Dataset.from_list([{**r, "prompt": render_prompt(tokenizer, task.messages(r))} for r in rows] * steps)
-    rewards = [to_trl(n, make_reward(n, task), timeout=None) for n in ("format", "correctness")]
+    model, tokenizer = load_model(work.model)
+    task = build_task("arithmetic", work.task_params)
+    forced = work.name == "forced"  # forced: the same 4 prompts at every step; recipe: new ones, as a run draws them
+    rows = task.dataset("train", PROMPTS if forced else PROMPTS * steps) * (steps if forced else 1)
+    data = Dataset.from_list([{**r, "prompt": render_prompt(tokenizer, task.messages(r))} for r in rows])
+    rewards = [to_trl(n, make_reward(n, task), timeout=None) for n, _ in work.rewards]
     cls = GrpoTrainer if name.startswith("grpokit") else GRPOTrainer
-    kwargs = {"skip_zero_advantage": name != "grpokit-no-skip"} if cls is GrpoTrainer else {}
-    if lora:  # the default recipe's adapter, handed to each contender the same way (TRL wraps the model)
+    kwargs = grpokit_kwargs(name, work) if cls is GrpoTrainer else {}
+    if work.lora:  # the default recipe's adapter, handed to each contender the same way (TRL wraps the model)
         from peft import LoraConfig
 
         kwargs["peft_config"] = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = cls(
         model=model,
         reward_funcs=rewards,
-        args=contender_config(name, out),
+        args=contender_config(name, out, work),
         train_dataset=data,
         processing_class=tokenizer,
         **kwargs,
     )
     trainer.args.max_steps = steps
 
-    spans: dict[str, list[float]] = {"generate": [], "rewards": [], "score": [], "step": []}
+    spans: dict[str, list[float]] = {"generate": [], "rewards": [], "score": [], "tokens": []}
+    per_step: list[dict[str, float]] = []
 
     def timed(method: str, key: str) -> None:
         original = getattr(trainer, method)
@@ -116,49 +230,63 @@ def run_contender(name: str, steps: int, out: Path, lora: bool = False) -> dict[
         def wrapper(*args: Any, **kw: Any) -> Any:
             start = time.perf_counter()
             try:
-                return original(*args, **kw)
+                result = original(*args, **kw)
             finally:
                 spans[key].append(time.perf_counter() - start)
+            if method == "_generate":  # (prompt_ids, completion_ids, ...): tokens drawn
+                spans["tokens"].append(sum(len(c) for c in result[1]))
+            return result
 
         setattr(trainer, method, wrapper)
 
     timed("_generate", "generate")
     timed("_calculate_rewards", "rewards")
-    timed("_generate_and_score_completions", "score")
+    timed("_score" if cls is GrpoTrainer else "_generate_and_score_completions", "score")
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
             self.start = time.perf_counter()
+            self.marks = {key: len(v) for key, v in spans.items()}
 
         def on_step_end(self, args, state, control, **kw):
-            spans["step"].append(time.perf_counter() - self.start)
+            row = {key: sum(v[self.marks[key] :]) for key, v in spans.items()}
+            per_step.append({**row, "step": time.perf_counter() - self.start})
 
     trainer.add_callback(StepClock())
     trainer.train()
-    keep = slice(1, None) if steps > 1 else slice(None)  # the first step warms caches up
+    kept = per_step[1:] if steps > 1 else per_step  # the first step warms caches up
 
     def mean(key: str) -> float:
-        return statistics.mean(spans[key][keep])
+        return statistics.mean(r[key] for r in kept)
+
+    def logged(key: str, default: float) -> float:
+        values = [h[key] for h in trainer.state.log_history[1 if steps > 1 else 0 :] if key in h]
+        return statistics.mean(values) if values else default
 
     step, generate, rewards_s, score = mean("step"), mean("generate"), mean("rewards"), mean("score")
-    kept = [h.get("rows_trained_frac") for h in trainer.state.log_history if "rows_trained_frac" in h]
     return {
         "step_s": step,
         "generate_s": generate,
         "rewards_s": rewards_s,
         "other_scoring_s": score - generate - rewards_s,
         "train_pass_s": step - score,
-        "rollout_tok_s": PROMPTS * GENERATIONS * TOKENS / generate,
-        "rows_trained": statistics.mean(kept) if kept else 1.0,
+        "tokens_per_step": mean("tokens"),
+        "rollout_tok_s": mean("tokens") / generate,
+        "rows_trained": logged("rows_trained_frac", 1.0),
+        "groups_agreeing": logged("frac_reward_zero_std", float("nan")),
+        "accuracy_sampled": logged("rewards/correctness/mean", float("nan")),
+        "steps_timed": len(kept),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3, help="GRPO steps per contender (the first is warm-up)")
-    parser.add_argument("--only", default="trl-defaults,trl-tuned,grpokit,grpokit-no-skip")
-    parser.add_argument("--out", default="bench/out", help="scratch folder and results.json")
-    parser.add_argument("--lora", action="store_true", help="LoRA r=16 on all linear layers (the default recipe)")
+    parser.add_argument("--workload", choices=("recipe", "forced"), default="recipe")
+    parser.add_argument("--steps", type=int, default=4, help="GRPO steps per contender (the first is warm-up)")
+    parser.add_argument("--only", help="comma-separated contenders (default: all of the workload's)")
+    parser.add_argument("--out", default="bench/out", help="scratch folder and results JSON")
+    parser.add_argument("--lora", action="store_true", help="forced workload: LoRA r=16 instead of full fine-tune")
+    parser.add_argument("--warm", help="recipe workload: a run's warm-up adapter folder instead of training one")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -168,6 +296,10 @@ def main() -> int:
     from grpokit.precision import cpu_bf16_speedup, matmul_gflops
 
     torch.set_num_threads(torch.get_num_threads())
+    if args.workload == "recipe":
+        work = recipe_workload(out, args.warm)
+    else:
+        work = Workload("forced", "embedded", TOKENS, TOKENS, 1.0, 1e-6, lora=args.lora)
     # The machine's ceiling is its faster precision: bf16 where the CPU has bf16 instructions.
     gemms = {
         dtype: {rows: matmul_gflops(rows, dtype, repeats=30) for rows in (PROMPTS * GENERATIONS, 256)}
@@ -176,41 +308,64 @@ def main() -> int:
     gflops = {rows: max(g[rows] for g in gemms.values()) for rows in (PROMPTS * GENERATIONS, 256)}
     params = 134_515_008
     ceiling = {rows: g * 1e9 / (2 * params) for rows, g in gflops.items()}
-    results = {}
-    for name in args.only.split(","):
-        print(f"[bench] {name}: {args.steps} steps of {PROMPTS}x{GENERATIONS}x{TOKENS} tokens ...", flush=True)
-        results[name] = run_contender(name, args.steps, out / name, args.lora)
-        print(f"[bench] {name}: {json.dumps({k: round(v, 2) for k, v in results[name].items()})}", flush=True)
+    results, skipped = {}, {}
+    for name in (args.only or CONTENDERS[args.workload]).split(","):
+        if name == "trl-defaults" and cpu_bf16_speedup() < SLOW_BF16 and not args.only:
+            # TRL's defaults train under bf16 autocast; here that is the slower precision by far.
+            skipped[name] = f"bf16 matmuls run {cpu_bf16_speedup():.3f}x fp32 on this CPU: a step would take hours"
+            print(f"[bench] {name}: not run: {skipped[name]} (run it with --only trl-defaults)", flush=True)
+            continue
+        print(f"[bench] {name}: {args.steps} steps, workload {work.name} ...", flush=True)
+        results[name] = run_contender(name, args.steps, out / name, work)
+        print(f"[bench] {name}: {json.dumps({k: round(v, 3) for k, v in results[name].items()})}", flush=True)
 
     rows = PROMPTS * GENERATIONS
-    print(f"\nbf16 / fp32 matmul speed on this CPU: {cpu_bf16_speedup():.2f}x")
+    cpu = cpu_name()
+    print(f"\nCPU: {cpu}; bf16 / fp32 matmul speed: {cpu_bf16_speedup():.2f}x")
     for dtype, g in gemms.items():
         print(f"GEMM {rows}x576x1536 {dtype}: {g[rows]:.0f} GFLOP/s (256 rows: {g[256]:.0f})")
     print(
         f"rollout ceiling (faster precision): {ceiling[rows]:.0f} tok/s at {rows} rows "
         f"(256 rows: {ceiling[256]:.0f} tok/s), for 2 x {params / 1e6:.1f}M FLOPs per token"
     )
+    print(f"workload: {work.name} ({work.model}, {'LoRA r=16' if work.lora else 'full fine-tune'})")
+    print(format_table(results, ceiling[rows]))
+    for name, why in skipped.items():
+        print(f"{name}: not run ({why})")
+    suffix = "_lora" if args.lora and work.name == "forced" else ""
+    path = out / f"results_{work.name}{suffix}.json"
+    record = {"cpu": cpu, "workload": work.name, "model": work.model, "lora": work.lora, "steps": args.steps}
+    record |= {"gemm_gflops": gemms, "ceiling_tok_s": ceiling, "results": results, "not_run": skipped}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written: {path}")
+    return 0
+
+
+def format_table(results: dict[str, dict[str, float]], ceiling: float) -> str:
     head = (
-        f"{'contender':<16} {'step s':>7} {'gen s':>6} {'reward s':>8} {'other s':>7} {'train s':>7} "
-        f"{'tok/s':>6} {'% ceil':>6} {'rows':>5} {'vs defaults':>11} {'vs tuned':>8}"
+        f"{'contender':<18} {'step s':>7} {'gen s':>6} {'reward s':>8} {'other s':>7} {'train s':>7} "
+        f"{'tok/s':>6} {'% ceil':>6} {'agree':>5} {'rows':>5} {'vs defaults':>11} {'vs tuned':>8}"
     )
-    print(head)
+    lines = [head]
     for name, r in results.items():
         vs = {
             b: (r["step_s"] / results[b]["step_s"] if b in results else float("nan"))
             for b in ("trl-defaults", "trl-tuned")
         }
-        share = 100 * r["rollout_tok_s"] / ceiling[rows]
-        print(
-            f"{name:<16} {r['step_s']:>7.1f} {r['generate_s']:>6.1f} {r['rewards_s']:>8.2f} "
-            f"{r['other_scoring_s']:>7.1f} {r['train_pass_s']:>7.1f} {r['rollout_tok_s']:>6.0f} {share:>5.0f}% "
+        lines.append(
+            f"{name:<18} {r['step_s']:>7.1f} {r['generate_s']:>6.1f} {r['rewards_s']:>8.2f} "
+            f"{r['other_scoring_s']:>7.1f} {r['train_pass_s']:>7.1f} {r['rollout_tok_s']:>6.0f} "
+            f"{100 * r['rollout_tok_s'] / ceiling:>5.0f}% {100 * r['groups_agreeing']:>4.0f}% "
             f"{100 * r['rows_trained']:>4.0f}% {vs['trl-defaults']:>10.2f}x {vs['trl-tuned']:>7.2f}x"
         )
-    (out / ("results_lora.json" if args.lora else "results.json")).write_text(
-        json.dumps({"gemm_gflops": gemms, "ceiling_tok_s": ceiling, "lora": args.lora, "results": results}, indent=2)
-        + "\n"
-    )
-    return 0
+    return "\n".join(lines)
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
 
 
 if __name__ == "__main__":
