@@ -213,3 +213,107 @@ def test_a_recipe_is_refused_where_confinement_is_missing(monkeypatch):
     build_recipe({**raw, "sandbox": {"allow_unconfined": True}})
     sandbox.allow_unconfined(False)
     build_recipe({**raw, "task": {"name": "arithmetic"}})  # a task that never uses the sandbox
+
+
+# ---------------------------------------------------------------- batches: one round trip, per-item verdicts
+
+EVAL = "builtins:eval"  # the tests' own expressions, run confined; no model text reaches eval anywhere
+
+
+def alone(box, expressions, **kwargs):
+    """What `score` says of each expression on its own, errors as their messages."""
+    results = []
+    for expression in expressions:
+        try:
+            results.append(box.score(EVAL, expression, **kwargs))
+        except SandboxError as err:
+            results.append(str(err))
+    return results
+
+
+def readable(results):
+    return [r if isinstance(r, float) else str(r) for r in results]
+
+
+def test_a_batch_scores_each_item_as_its_own_call_would_in_one_round_trip(box):
+    expressions = ["1", "0.5", "True", "0", "2", "3 / 4", "False", "1.0"]
+    before = box.requests
+    scores = box.score_many(EVAL, [[e] for e in expressions], bounds=(0.0, 2.0))
+    assert box.requests - before == 1
+    assert scores == alone(box, expressions, bounds=(0.0, 2.0)) == [1.0, 0.5, 1.0, 0.0, 2.0, 0.75, 0.0, 1.0]
+    before = box.requests
+    assert box.score_many(EVAL, [["1"]] * 300) == [1.0] * 300
+    assert box.requests - before == 2  # at most MAX_BATCH items per round trip
+    assert box.score_many(EVAL, []) == []
+
+
+def test_an_item_that_raises_fails_alone_and_what_it_changed_dies_with_its_child(box):
+    sqrt = "__import__('math').sqrt(0.25)"
+    expressions = [sqrt, "1 / 0", sqrt, "setattr(__import__('math'), 'sqrt', lambda x: 1.0) or 1 / 0", sqrt, sqrt]
+    scores = box.score_many(EVAL, [[e] for e in expressions])
+    assert readable(scores) == alone(box, expressions)
+    assert scores[0] == scores[2] == scores[4] == scores[5] == 0.5  # not the rebound sqrt's 1.0
+    assert "ZeroDivisionError" in str(scores[1]) and "ZeroDivisionError" in str(scores[3])
+    assert isinstance(scores[1], SandboxError) and not isinstance(scores[1], SandboxTimeout)
+
+
+def test_a_hung_item_times_out_alone_and_its_batch_mates_still_score(box):
+    restarts = box.restarts
+    hang, spin = "__import__('time').sleep(30)", "any(iter(int, 1))"  # asleep; busy in C
+    scores = box.score_many(EVAL, [["1"], [hang], ["0.5"], ["0"], [spin], ["True"]], timeout=0.5)
+    assert [s if isinstance(s, float) else type(s) for s in scores] == [
+        1.0, SandboxTimeout, 0.5, 0.0, SandboxTimeout, 1.0
+    ]  # fmt: skip
+    assert box.restarts == restarts  # the worker killed the children; it never fell silent
+
+
+@pytest.mark.parametrize("bad", ["3", "-0.5", "'1'", "[1]", "None", "float('nan')", "10 ** 400"])
+def test_a_reply_out_of_range_is_refused_for_its_own_item_only(box, bad):
+    scores = box.score_many(EVAL, [["1"], [bad], ["0.25"], ["0"]])
+    assert scores[0] == 1.0 and scores[2] == 0.25 and scores[3] == 0.0
+    assert isinstance(scores[1], SandboxError)
+    assert readable(scores) == alone(box, ["1", bad, "0.25", "0"])
+
+
+BATCH_LIES = [
+    "[{'ok': True, 'value': 2.0}] * n",  # out of range
+    "[{'ok': True, 'value': '1.0'}] * n",
+    "[{'ok': True, 'value': 1.0}] * (n + 1)",  # more replies than items
+    "[{'ok': True, 'value': 1.0}] * (n - 1)",  # fewer, with no failure to explain it
+    "[]",
+    "[{'ok': 1, 'value': 1.0}] * n",
+    "[{'ok': True}] * n",
+    "[{'ok': False, 'error': 'x'}] + [{'ok': True, 'value': 1.0}] * (n - 1)",  # a failure, then more replies
+    "'all right'",
+]
+
+
+@pytest.mark.parametrize("items", BATCH_LIES)
+def test_forged_batch_replies_score_nothing(items, tmp_path, monkeypatch):
+    """A lying worker: every batch reply is malformed and every single reply is out of range."""
+    from grpokit.tasks import math_problems
+
+    reply = (
+        f"{{'id': request['id'], 'ok': True, 'items': (lambda n: {items})(len(request['batch']))}} "
+        "if 'batch' in request else {'id': request['id'], 'ok': True, 'value': 2.0}"
+    )
+    box = fake_box(tmp_path, monkeypatch, reply)
+    monkeypatch.setattr(math_problems, "shared_sandbox", lambda: box)
+    try:
+        assert all(isinstance(s, SandboxError) for s in box.score_many("grpokit.scorers:math_equal", [["1", "1"]] * 3))
+        assert math_problems.math_scores(["42", "42", "42"], ["42", "42", "42"]) == [0.0, 0.0, 0.0]
+    finally:
+        box.close()
+
+
+def test_one_impossible_reply_makes_the_whole_batch_score_again_one_item_per_child(tmp_path, monkeypatch):
+    """A child that replies 2.0 for a 0/1 verifier is not trusted for its other replies either."""
+    reply = (
+        "{'id': request['id'], 'ok': True, 'items': [{'ok': True, 'value': v} for v in (1.0, 2.0, 1.0)]} "
+        "if 'batch' in request else {'id': request['id'], 'ok': True, 'value': 0.0}"
+    )
+    box = fake_box(tmp_path, monkeypatch, reply)
+    try:
+        assert box.score_many("grpokit.scorers:math_equal", [["1", "2"]] * 3) == [0.0, 0.0, 0.0]
+    finally:
+        box.close()

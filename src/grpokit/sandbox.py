@@ -9,6 +9,10 @@ This side holds three promises:
 - **Plain data.** Requests and replies are JSON lines; a reply is checked for its request id and
   shape, and `score` accepts only a finite number within the caller's bounds. Nothing the worker
   sends is unpickled or evaluated, so nothing it sends can run code here.
+- **Batches score like single calls.** `score_many` sends many argument lists in one request (one
+  round trip, one confined child) and holds each item to `score`'s checks. A batch that times out,
+  dies, or replies anything but in-range numbers is scored again one item per child, so a failure
+  lands on the item that caused it and never on its batch-mates.
 - **Time.** The worker kills a call's child at its timeout; if the worker itself falls silent, this
   side kills it and starts another on the next call.
 - **Confinement or refusal.** The worker reports which kernel mechanisms held (`grpokit.confine`).
@@ -16,8 +20,8 @@ This side holds three promises:
   (`sandbox.allow_unconfined: true`).
 
 >>> with Sandbox(preload=()) as box:
-...     box.call("operator:add", 2, 3)
-5
+...     box.call("operator:add", 2, 3), box.score_many("operator:truediv", [[1, 2], [1, 0], [1, 1]])
+(5, [0.5, SandboxError('operator:truediv: ZeroDivisionError: division by zero'), 1.0])
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ DEFAULT_TIMEOUT = 5.0
 START_TIMEOUT = 180.0  # preloading math-verify and reasoning-gym on a busy 2-core machine
 MEMORY_LIMIT_BYTES = 4 * 1024**3
 MAX_LINE_BYTES = 1 << 21
+MAX_REQUEST_BYTES = 1 << 22  # the worker reads no longer line
+MAX_BATCH = 256  # items per round trip in `score_many`
+BATCH_ITEM_TIMEOUT = 0.25  # seconds a batch gets per item on top of one call's timeout
 WORKER = Path(__file__).with_name("sandbox_worker.py")
 _allow_unconfined = False
 
@@ -84,25 +91,14 @@ class Sandbox:
         self._next_id = 0
         self._lock = threading.Lock()
 
+    @property
+    def requests(self) -> int:
+        """Requests sent so far: one round trip each, a batch counting once."""
+        return self._next_id
+
     def call(self, function: str, *args: Any, timeout: float = DEFAULT_TIMEOUT) -> Any:
         """Run `module:function(*args)` in a confined child and return its JSON result."""
-        with self._lock:
-            proc = self._ensure_started()
-            self._next_id += 1
-            request = {"id": self._next_id, "function": function, "args": list(args), "timeout": timeout}
-            try:
-                data = json.dumps(request, allow_nan=False).encode() + b"\n"
-            except (TypeError, ValueError) as err:
-                raise SandboxError(f"{function}: arguments are not plain JSON data: {err}") from None
-            try:
-                proc.stdin.write(data)
-                proc.stdin.flush()
-                reply = self._read_reply(proc, time.monotonic() + timeout + 10.0)
-            except (OSError, ValueError, SandboxError) as err:
-                code = proc.poll()
-                self._kill()
-                self.restarts += 1
-                raise SandboxError(f"{function}: sandbox worker failed (exit code {code}): {err}") from None
+        reply = self._request(function, {"args": list(args)}, timeout)
         if reply["ok"]:
             return reply["value"]
         if reply["kind"] == "timeout":
@@ -113,10 +109,90 @@ class Sandbox:
         self, function: str, *args: Any, bounds: tuple[float, float] = (0.0, 1.0), timeout: float = DEFAULT_TIMEOUT
     ) -> float:
         """`call` for a verifier: the reply must be a finite number within `bounds`, or this raises."""
-        value = self.call(function, *args, timeout=timeout)
-        if type(value) not in (bool, int, float) or not math.isfinite(value) or not bounds[0] <= value <= bounds[1]:
-            raise SandboxError(f"{function} replied {str(value)[:80]!r}; expected a number in {list(bounds)}")
-        return float(value)
+        return _checked_score(function, self.call(function, *args, timeout=timeout), bounds)
+
+    def score_many(
+        self,
+        function: str,
+        arg_lists: list[list[Any]],
+        bounds: tuple[float, float] = (0.0, 1.0),
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> list[float | SandboxError]:
+        """`score(function, *args)` for each of `arg_lists`, up to `MAX_BATCH` items per round trip.
+
+        Per item: the score, or the `SandboxError` that `score` would have raised for it alone.
+        `timeout` is one item's, as in `score`; a batch gets `BATCH_ITEM_TIMEOUT` more per item. An
+        item that raises ends its child's batch and the items after it go to a fresh child; a batch
+        that fails as a whole (timeout, a dead child, a reply out of range) is scored one item per
+        child. `SandboxRefused` is raised, as from `score`.
+        """
+        results: list[float | SandboxError] = []
+        while len(results) < len(arg_lists):
+            chunk = arg_lists[len(results) : len(results) + MAX_BATCH]
+            scores = self._score_batch(function, chunk, bounds, timeout) if len(chunk) > 1 else None
+            if scores is None:  # one by one, so a failure lands on the item that caused it
+                scores = [self._score_alone(function, args, bounds, timeout) for args in chunk]
+            results += scores
+        return results
+
+    def _score_batch(
+        self, function: str, chunk: list[list[Any]], bounds: tuple[float, float], timeout: float
+    ) -> list[float | SandboxError] | None:
+        """The scores of a prefix of `chunk` from one round trip, or None when the batch failed as a whole."""
+        batch_timeout = timeout + BATCH_ITEM_TIMEOUT * len(chunk)
+        try:
+            reply = self._request(function, {"batch": [list(a) for a in chunk]}, batch_timeout)
+        except SandboxRefused:
+            raise
+        except SandboxError:
+            return None
+        if not reply["ok"]:
+            return None
+        scores: list[float | SandboxError] = []
+        for item in reply["items"]:
+            if not item["ok"]:
+                scores.append(SandboxError(f"{function}: {item['error']}"))
+                continue
+            try:
+                scores.append(_checked_score(function, item["value"], bounds))
+            except SandboxError:
+                return None  # no verifier replies that: distrust every reply from this child
+        return scores
+
+    def _score_alone(
+        self, function: str, args: list[Any], bounds: tuple[float, float], timeout: float
+    ) -> float | SandboxError:
+        try:
+            return self.score(function, *args, bounds=bounds, timeout=timeout)
+        except SandboxRefused:
+            raise
+        except SandboxError as err:
+            return err
+
+    def _request(self, function: str, payload: dict[str, Any], timeout: float) -> dict:
+        """Send one request and return the worker's checked reply; a broken worker is killed (and restarted
+        by the next request) and raises."""
+        with self._lock:
+            proc = self._ensure_started()
+            self._next_id += 1
+            request = {"id": self._next_id, "function": function, **payload, "timeout": timeout}
+            try:
+                data = json.dumps(request, allow_nan=False).encode() + b"\n"
+            except (TypeError, ValueError) as err:
+                raise SandboxError(f"{function}: arguments are not plain JSON data: {err}") from None
+            if len(data) > MAX_REQUEST_BYTES:
+                raise SandboxError(
+                    f"{function}: the request is {len(data)} bytes; the worker reads {MAX_REQUEST_BYTES}"
+                )
+            try:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+                return self._read_reply(proc, time.monotonic() + timeout + 10.0, len(payload.get("batch", ())))
+            except (OSError, ValueError, SandboxError) as err:
+                code = proc.poll()
+                self._kill()
+                self.restarts += 1
+                raise SandboxError(f"{function}: sandbox worker failed (exit code {code}): {err}") from None
 
     def close(self) -> None:
         with self._lock:
@@ -168,12 +244,14 @@ class Sandbox:
                 raise SandboxRefused(self._refused)
         return proc
 
-    def _read_reply(self, proc: subprocess.Popen, deadline: float) -> dict:
+    def _read_reply(self, proc: subprocess.Popen, deadline: float, batch: int) -> dict:
         reply = json.loads(self._read_line(proc, deadline), parse_constant=_reject_constant)
         if not isinstance(reply, dict) or reply.get("id") != self._next_id or not isinstance(reply.get("ok"), bool):
             raise SandboxError(f"malformed reply {str(reply)[:80]!r}")
         if not reply["ok"] and (reply.get("kind") not in ("timeout", "error", "died") or "error" not in reply):
             raise SandboxError(f"malformed error reply {str(reply)[:80]!r}")
+        if reply["ok"] and not (_plain_items(reply.get("items"), batch) if batch else "value" in reply):
+            raise SandboxError(f"malformed reply {str(reply)[:80]!r}")
         return reply
 
     def _read_line(self, proc: subprocess.Popen, deadline: float) -> bytes:
@@ -206,6 +284,26 @@ class Sandbox:
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a finite number")
+
+
+def _checked_score(function: str, value: Any, bounds: tuple[float, float]) -> float:
+    # Compared, never converted first: float(10 ** 400) raises OverflowError, which is not a SandboxError.
+    if type(value) not in (bool, int, float) or not bounds[0] <= value <= bounds[1] or abs(value) == math.inf:
+        raise SandboxError(f"{function} replied {str(value)[:80]!r}; expected a number in {list(bounds)}")
+    return float(value)
+
+
+def _plain_items(items: Any, size: int) -> bool:
+    """A batch reply's items as the worker promises them: 1 to `size` of them, each `{"ok": true, "value"}`
+    or `{"ok": false, "error": str}`, only the last one failed, and fewer than `size` only after a failure."""
+    if not isinstance(items, list) or not 1 <= len(items) <= size:
+        return False
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("ok"), bool):
+            return False
+        if "value" not in item if item["ok"] else not isinstance(item.get("error"), str):
+            return False
+    return all(item["ok"] for item in items[:-1]) and (len(items) == size or not items[-1]["ok"])
 
 
 _shared: Sandbox | None = None

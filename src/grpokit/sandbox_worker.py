@@ -18,6 +18,12 @@ environment, then speaks one JSON object per line; nothing here ever unpickles o
    that, checks the reply is a JSON object of the expected shape, and writes its own reply line with
    the request's id. A child cannot reach the trainer's pipe, so it cannot desynchronise or forge
    the protocol; it can only return a value for its own call, which the trainer range-checks.
+5. A batch request (`"batch"`: a list of argument lists, one function) runs its items in order in
+   one child, one fork for all of them: that is what makes scoring many completions cheap. The child
+   stops after the first item that raises (whatever it left behind dies with the child; the trainer
+   sends the items after it again, to a fresh one) and replies one result per item it ran. Items of
+   one batch share the child's state, so the trainer batches only verifiers that read screened text,
+   and it rescores a whole batch one item per child when any reply is not a plain, in-range number.
 """
 
 from __future__ import annotations
@@ -71,14 +77,17 @@ def _run_in_child(request: dict, memory_limit: int, devnull: int, protocol_fds: 
     timeout = float(request["timeout"])
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: confine further, run the one call, reply, exit
+    if pid == 0:  # the child: confine further, run the one call (or batch), reply, exit
         status = 1
         try:
             os.close(read_end)
             for fd in protocol_fds:
                 os.dup2(devnull, fd)
             _limit_child(memory_limit, timeout)
-            _write(write_end, _call(request["function"], request["args"]))
+            if "batch" in request:
+                _write(write_end, _call_each(request["function"], request["batch"]))
+            else:
+                _write(write_end, _call(request["function"], request["args"]))
             status = 0
         finally:
             os._exit(status)
@@ -105,9 +114,14 @@ def _run_in_child(request: dict, memory_limit: int, devnull: int, protocol_fds: 
         return {"ok": False, "kind": "died", "error": f"no valid reply (exit status {_describe(status)})"}
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         return {"ok": False, "kind": "error", "error": "malformed reply"}
-    if reply["ok"]:
-        return {"ok": True, "value": reply.get("value")}
-    return {"ok": False, "kind": "error", "error": str(reply.get("error", ""))[:500]}
+    if not reply["ok"]:
+        return {"ok": False, "kind": "error", "error": str(reply.get("error", ""))[:500]}
+    if "batch" in request:
+        items = _checked_items(reply.get("items"), len(request["batch"]))
+        if items is None:
+            return {"ok": False, "kind": "error", "error": "malformed batch reply"}
+        return {"ok": True, "items": items}
+    return {"ok": True, "value": reply.get("value")}
 
 
 def _limit_child(memory_limit: int, timeout: float) -> None:
@@ -134,6 +148,33 @@ def _call(function: str, args: list) -> dict:
         return {"ok": True, "value": value}
     except BaseException as err:  # the trainer decides what an error means
         return {"ok": False, "error": f"{type(err).__name__}: {err}"[:500]}
+
+
+def _call_each(function: str, batch: list) -> dict:
+    """`_call` for each argument list in order, stopping after the first that fails."""
+    items = []
+    for args in batch:
+        items.append(_call(function, args))
+        if not items[-1]["ok"]:
+            break  # this process may now be in any state: the items after it go to a fresh child
+    return {"ok": True, "items": items}
+
+
+def _checked_items(items: object, size: int) -> list[dict] | None:
+    """A batch's per-item replies in plain shape, or None: 1 to `size` of them, only the last may fail,
+    and fewer than `size` only when the last one failed."""
+    if not isinstance(items, list) or not 1 <= len(items) <= size:
+        return None
+    if not all(isinstance(item, dict) and isinstance(item.get("ok"), bool) for item in items):
+        return None
+    if not all(item["ok"] for item in items[:-1]) or (len(items) < size and items[-1]["ok"]):
+        return None
+    return [
+        {"ok": True, "value": item.get("value")}
+        if item["ok"]
+        else {"ok": False, "error": str(item.get("error", ""))[:500]}
+        for item in items
+    ]
 
 
 def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:

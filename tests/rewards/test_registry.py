@@ -107,3 +107,56 @@ def test_prefilled_thought_is_restored_in_the_recipes_tag():
     fmt = to_trl("format", make_reward("format", task), think_prefilled=True, tags=reasoning)
     assert fmt([""], [completion]) == [1.0]
     assert to_trl("format", make_reward("format", task), think_prefilled=True)([""], [completion]) == [0.0]
+
+
+def exact(text, row):
+    return float(text == row["answer"])
+
+
+def test_a_reward_with_a_batch_form_scores_trls_batch_in_one_call():
+    calls = []
+
+    def reward(text, row):
+        calls.append(1)
+        return exact(text, row)
+
+    reward.batch = lambda texts, rows: (
+        calls.append(len(texts)) or [exact(t, r) for t, r in zip(texts, rows, strict=True)]
+    )
+    trl_reward = to_trl("exact", reward)
+    assert trl_reward([""] * 3, ["a", "b", "c"], answer=["a", "x", "c"]) == [1.0, 0.0, 1.0]
+    assert calls == [3]
+    assert not hasattr(make_reward("correctness", build_task("arithmetic")), "batch")  # no batching to gain
+
+
+@pytest.mark.parametrize("broken", ["raises", "too few scores", "hangs"])
+def test_a_batch_that_fails_as_a_whole_is_scored_sample_by_sample(broken):
+    import threading
+
+    release = threading.Event()
+
+    def batch(texts, rows):
+        if broken == "raises":
+            raise RuntimeError("the verifier crashed")
+        if broken == "hangs":
+            release.wait(30)
+        return [1.0]
+
+    def reward(text, row):
+        return exact(text, row)
+
+    reward.batch = batch
+    trl_reward = to_trl("exact", reward, timeout=0.1)
+    assert trl_reward([""] * 3, ["a", "b", "c"], answer=["a", "x", "c"]) == [1.0, 0.0, 1.0]
+    assert trl_reward.errors == 0
+    release.set()
+
+
+def test_a_bad_score_in_a_batch_fails_only_its_sample():
+    def reward(text, row):
+        return exact(text, row)
+
+    reward.batch = lambda texts, rows: [1.0, float("nan"), 0.0]
+    trl_reward = to_trl("exact", reward)
+    assert trl_reward([""] * 3, ["a", "b", "c"], answer=["a", "b", "x"]) == [1.0, None, 0.0]
+    assert trl_reward.errors == 1

@@ -4,9 +4,10 @@ import pytest
 
 from grpokit.config import RecipeError
 from grpokit.redteam import check
-from grpokit.rewards import make_reward
+from grpokit.rewards import make_reward, to_trl
+from grpokit.sandbox import shared_sandbox
 from grpokit.tasks import build_task
-from grpokit.tasks.math_problems import boxed_answer, gsm8k_answer, math_score
+from grpokit.tasks.math_problems import boxed_answer, gsm8k_answer, math_score, math_scores
 from tests.data_files import GSM8K, NUMINA, write_hub_folder, write_jsonl
 
 
@@ -16,32 +17,59 @@ def numina_task(tmp_path_factory):
     return build_task("math", {"source": str(path), "eval_fraction": 0.3})
 
 
-@pytest.mark.parametrize(
-    ("answer", "gold", "score"),
-    [
-        ("42", "42", 1.0),
-        ("$42$ apples", "42", 1.0),
-        ("\\frac{84}{2}", "42", 1.0),
-        ("0.5", "\\frac{1}{2}", 1.0),
-        ("1/2", "\\frac{1}{2}", 1.0),
-        ("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1.0),
-        ("x = 2", "x = 2", 1.0),
-        ("2", "x = 2", 1.0),
-        ("43", "42", 0.0),
-        ("0.50001", "\\frac{1}{2}", 0.0),
-        ("42, 43", "42", 0.0),
-        ("43 or 42", "42", 0.0),
-        ("4 2", "42", 0.0),
-        ("４２", "42", 0.0),
-        ("", "42", 0.0),
-        (None, "42", 0.0),
-        ("9**9**9**9", "42", 0.0),
-        ("__import__('os').system('touch pwned.txt')", "42", 0.0),
-        ("x" * 5000, "42", 0.0),
-    ],
-)
+TABLE = [
+    ("42", "42", 1.0),
+    ("$42$ apples", "42", 1.0),
+    ("\\frac{84}{2}", "42", 1.0),
+    ("0.5", "\\frac{1}{2}", 1.0),
+    ("1/2", "\\frac{1}{2}", 1.0),
+    ("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 1.0),
+    ("x = 2", "x = 2", 1.0),
+    ("2", "x = 2", 1.0),
+    ("43", "42", 0.0),
+    ("0.50001", "\\frac{1}{2}", 0.0),
+    ("42, 43", "42", 0.0),
+    ("43 or 42", "42", 0.0),
+    ("4 2", "42", 0.0),
+    ("４２", "42", 0.0),
+    ("", "42", 0.0),
+    (None, "42", 0.0),
+    ("9**9**9**9", "42", 0.0),
+    ("__import__('os').system('touch pwned.txt')", "42", 0.0),
+    ("x" * 5000, "42", 0.0),
+]
+
+
+@pytest.mark.parametrize(("answer", "gold", "score"), TABLE)
 def test_math_verify_equivalence_is_strict(answer, gold, score):
     assert math_score(answer, gold) == score
+
+
+def test_a_batch_gives_the_tables_verdicts_in_one_round_trip():
+    box = shared_sandbox()
+    before = box.requests
+    assert math_scores([a for a, _, _ in TABLE], [g for _, g, _ in TABLE]) == [s for _, _, s in TABLE]
+    assert box.requests - before == 1  # one per check before batching (the screen refuses the rest unsent)
+
+
+def test_batched_task_scores_equal_one_by_one_on_right_wrong_and_adversarial_completions(numina_task):
+    task = numina_task
+    completions, examples = [], []
+    for row in task.dataset("train", 6) + task.dataset("eval", 2):
+        gold = row["answer"]
+        answers = [gold, f"\\boxed{{{gold}}}", f"${gold}$", f"{gold} + 1", "7/3", "", "<answer>1</answer>"]
+        texts = [f"<think>x</think><answer>{a}</answer>" for a in answers] + [c for _, c in task.adversarial(row)]
+        texts += [task.demonstration(row), "no tags at all " + gold]
+        completions += texts
+        examples += [row] * len(texts)
+    batched = task.score_many(completions, examples)
+    assert batched == [task.score(c, e) for c, e in zip(completions, examples, strict=True)]
+    assert 0 < sum(batched) < len(batched) / 2
+    reward = make_reward("correctness", task)
+    trl_reward = to_trl("correctness", reward)
+    before = shared_sandbox().requests
+    assert trl_reward([""] * len(completions), completions, answer=[e["answer"] for e in examples]) == batched
+    assert shared_sandbox().requests - before <= 2, "TRL's batch goes to the sandbox whole"
 
 
 def test_gold_extraction():

@@ -3,11 +3,16 @@
 A reward is a pure function `(completion_text, example_row) -> float`. Each registered name maps to a
 factory `make(task, **params) -> reward`, so parameterised rewards take their settings from the recipe.
 `to_trl` wraps a reward for GRPOTrainer and names it, so TRL logs `rewards/<name>/mean`.
+
+A reward may also carry a batch form, `reward.batch(texts, rows) -> list[float]`, equal to the reward
+item by item (the correctness reward's is `task.score_many` where a task batches its verifier): `to_trl`
+then scores TRL's whole batch in one call, and sample by sample only when that call fails.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import queue
 import threading
@@ -18,6 +23,8 @@ from typing import Any
 from grpokit.parsing import THINK_TAGS, Tags, normalize_completion
 from grpokit.registry import lookup
 from grpokit.tasks.base import Task
+
+logger = logging.getLogger(__name__)
 
 Reward = Callable[[str, dict[str, Any]], float]
 RewardFactory = Callable[..., Reward]
@@ -71,21 +78,33 @@ def to_trl(
     `errors` (the trainer logs them as `rewards/<name>/errors`), and the first one is written to
     `error_log` with its completion. With `think_prefilled`, the thought's opening tag (`tags`) goes back
     in front of each completion before the reward reads it.
+
+    A reward with a batch form (`reward.batch`) scores the whole batch in one call, given `timeout` per
+    sample; if that call raises, runs past its time or returns the wrong number of scores, the batch is
+    scored sample by sample as above, so a failure lands on its own sample.
     """
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error={on_error!r}; use one of {', '.join(ON_ERROR)}")
     call = Deadline(reward, timeout) if timeout else reward
+    batch = getattr(reward, "batch", None)
+    batch_deadline = Deadline(batch, timeout) if batch and timeout else None
+
+    def call_batch(texts: list[str], rows: list[dict[str, Any]]) -> list[float]:
+        if batch_deadline is None:
+            return batch(texts, rows)
+        return batch_deadline(texts, rows, timeout=timeout * max(len(texts), 1))
 
     def trl_reward(prompts: list, completions: list, **columns: Any) -> list[float]:
         rows = [
             {key: values[i] for key, values in columns.items() if isinstance(values, list)}
             for i in range(len(completions))
         ]
+        texts = [normalize_completion(_text(completion), think_prefilled, tags) for completion in completions]
+        batch_scores = _score_batch(name, call_batch, texts, rows) if batch else None
         scores: list[float | None] = []
-        for completion, row in zip(completions, rows, strict=True):
-            text = normalize_completion(_text(completion), think_prefilled, tags)
+        for i, (text, row) in enumerate(zip(texts, rows, strict=True)):
             try:
-                value = float(call(text, row))
+                value = float(batch_scores[i] if batch_scores is not None else call(text, row))
                 if not math.isfinite(value):
                     raise ValueError(f"returned {value}")
             except Exception as err:
@@ -101,8 +120,22 @@ def to_trl(
     return trl_reward
 
 
+def _score_batch(name: str, call_batch: Callable, texts: list[str], rows: list[dict]) -> list | None:
+    """The batch form's scores, or None when the batch as a whole failed (then each sample is scored alone)."""
+    try:
+        scores = call_batch(texts, rows)
+        if len(scores) != len(texts):
+            raise ValueError(f"returned {len(scores)} scores for {len(texts)} completions")
+        return list(scores)
+    except Exception as err:
+        logger.warning(
+            "reward %s: its batch form failed (%s: %s); scoring sample by sample", name, type(err).__name__, err
+        )
+        return None
+
+
 class Deadline:
-    """Call a reward in a daemon worker thread and give up after `timeout` seconds.
+    """Call a reward in a daemon worker thread and give up after `timeout` seconds (or the call's own).
 
     Python cannot kill a thread: a call that overruns is abandoned (its thread is a daemon, so it never
     blocks the process from exiting) and a fresh worker takes the next call.
@@ -120,20 +153,21 @@ class Deadline:
 
     def _serve(self, requests: queue.Queue, replies: queue.Queue) -> None:
         while True:
-            text, row = requests.get()
+            args = requests.get()
             try:
-                replies.put((True, self.reward(text, row)))
+                replies.put((True, self.reward(*args)))
             except BaseException as err:  # handed back to the caller's thread
                 replies.put((False, err))
 
-    def __call__(self, text: str, row: dict[str, Any]) -> float:
-        self._requests.put((text, row))
+    def __call__(self, *args: Any, timeout: float | None = None) -> Any:
+        timeout = timeout or self.timeout
+        self._requests.put(args)
         try:
-            ok, value = self._replies.get(timeout=self.timeout)
+            ok, value = self._replies.get(timeout=timeout)
         except queue.Empty:
             self.abandoned += 1
             self._start()
-            raise TimeoutError(f"took longer than {self.timeout:g} s (rewards[*].timeout)") from None
+            raise TimeoutError(f"took longer than {timeout:g} s (rewards[*].timeout)") from None
         if not ok:
             raise value
         return value

@@ -19,4 +19,6 @@ def make_correctness(task: Task) -> Reward:
     def correctness_reward(completion: str, example: dict) -> float:
         return task.score(completion, example)
 
+    if type(task).score_many is not Task.score_many:  # the task batches its verifier: TRL's batch goes whole
+        correctness_reward.batch = task.score_many
     return correctness_reward

@@ -54,6 +54,11 @@ class Task:
         """1.0 if the completion's answer is correct, else 0.0. Never raises on model output."""
         raise NotImplementedError
 
+    def score_many(self, completions: list[str], examples: list[Example]) -> list[float]:
+        """`score` for each pair. A task whose verifier costs a round trip per call (the sandbox) overrides
+        this to batch the calls; it must return what `score` returns, item by item."""
+        return [self.score(c, e) for c, e in zip(completions, examples, strict=True)]
+
     def demonstration(self, example: Example) -> str | None:
         """A worked completion in the target format, for the cold-start stage; None if unavailable."""
         return None

@@ -15,7 +15,8 @@ training log, `summary.json`), never scored 0 in silence. Scoring is math-verify
 expressions in one call, so `3\\sqrt{2}` is not 3 and `1, 2, 3` is a set; answers first pass
 `grpokit.scorers.math_refusal` (no code-like text; no hedges or relations the gold lacks). It runs in
 the confined sandbox worker (`grpokit.sandbox`): its timeouts hold whatever thread calls, and a hung
-or crashing check scores 0 and is counted in `score_errors`.
+or crashing check scores 0 and is counted in `score_errors`. `score_many` (what the correctness reward
+gives TRL's batch to) sends a batch's checks in one round trip, with the same verdicts as `score`.
 
 >>> boxed_answer(r"So $x = 2$ and the sum is $\\boxed{\\frac{1}{2}}$.")
 '\\\\frac{1}{2}'
@@ -51,15 +52,28 @@ score_errors = {"timeout": 0, "error": 0}
 
 def math_score(answer: str | None, gold: str) -> float:
     """1.0 when math-verify finds `answer` equivalent to `gold`; 0.0 otherwise, and on any failure."""
-    if answer is None or math_refusal(answer, gold) is not None:
-        return 0.0
+    return math_scores([answer], [gold])[0]
+
+
+def math_scores(answers: list[str | None], golds: list[str]) -> list[float]:
+    """`math_score` for each pair, the checks that pass the screen sent to the sandbox in batches
+    (`Sandbox.score_many`: one round trip for many, each verdict still its own)."""
+    scores = [0.0] * len(answers)
+    pairs = list(zip(answers, golds, strict=True))
+    todo = [i for i, (answer, gold) in enumerate(pairs) if answer is not None and math_refusal(answer, gold) is None]
+    checks = [list(pairs[i]) for i in todo]
     try:
-        return shared_sandbox().score("grpokit.scorers:math_equal", answer, gold, timeout=SCORE_TIMEOUT_S)
-    except SandboxError as err:
-        with _errors_lock:
-            score_errors["timeout" if isinstance(err, SandboxTimeout) else "error"] += 1
-        logger.debug("math check failed: %s", err)
-        return 0.0
+        results = shared_sandbox().score_many("grpokit.scorers:math_equal", checks, timeout=SCORE_TIMEOUT_S)
+    except SandboxError as err:  # refused on this machine: every check fails
+        results = [err] * len(todo)
+    for i, result in zip(todo, results, strict=True):
+        if isinstance(result, SandboxError):
+            with _errors_lock:
+                score_errors["timeout" if isinstance(result, SandboxTimeout) else "error"] += 1
+            logger.debug("math check failed: %s", result)
+        else:
+            scores[i] = result
+    return scores
 
 
 def gold_parses(gold: str) -> bool:
@@ -222,6 +236,11 @@ class MathTask(Task):
 
     def score(self, completion: str, example: Example) -> float:
         return math_score(extract_answer(completion, tags=self.tags), str(example["answer"]))
+
+    def score_many(self, completions: list[str], examples: list[Example]) -> list[float]:
+        """`score` for each pair, in a few sandbox round trips instead of one per completion."""
+        answers = [extract_answer(c, tags=self.tags) for c in completions]
+        return math_scores(answers, [str(e["answer"]) for e in examples])
 
     def notes(self) -> list[str]:
         return self._checked.notes() if self._checked is not None else []
