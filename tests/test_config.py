@@ -87,6 +87,8 @@ def test_grpo_section_becomes_grpo_config():
         ("grpo: {reward_weights: [1, 2]}\n", "rewards\\[\\*\\].weight"),
         ("eval: {n: 0}\n", "eval.n=0"),
         ("cold_start: {enabled: true, steps: 0}\n", "cold_start.steps=0"),
+        ("sandbox: {batch: 0}\n", "sandbox.batch=0"),
+        ("train_pass: {micro_batch_rows: 0}\n", "train_pass.micro_batch_rows=0"),
     ],
 )
 def test_bad_recipes_fail_with_the_key_named(tmp_path, text, message):

@@ -317,3 +317,20 @@ def test_one_impossible_reply_makes_the_whole_batch_score_again_one_item_per_chi
         assert box.score_many("grpokit.scorers:math_equal", [["1", "2"]] * 3) == [0.0, 0.0, 0.0]
     finally:
         box.close()
+
+
+def test_sandbox_batch_1_gives_every_item_its_own_child(box):
+    from grpokit import sandbox
+
+    sqrt = "__import__('math').sqrt(0.25)"
+    tamper = "setattr(__import__('math'), 'sqrt', lambda x: 1.0) or 1"  # succeeds, and stays in its child
+    try:
+        shared = box.score_many(EVAL, [[tamper], [sqrt]])
+        sandbox.share_children(1)
+        before = box.requests
+        alone_each = box.score_many(EVAL, [[tamper], [sqrt]])
+        assert box.requests - before == 2
+    finally:
+        sandbox.share_children(sandbox.MAX_BATCH)
+    assert shared == [1.0, 1.0], "batch-mates share a child: the documented cost of one round trip"
+    assert alone_each == [1.0, 0.5]

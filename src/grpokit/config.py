@@ -359,12 +359,17 @@ class StageSection:
 @dataclass
 class SandboxSection:
     """Verifiers that evaluate expressions run in a confined worker (grpokit.sandbox). Where this
-    kernel lacks seccomp or Landlock (`grpokit env` says), such tasks are refused unless this opts in."""
+    kernel lacks seccomp or Landlock (`grpokit env` says), such tasks are refused unless this opts in.
+    `batch`: how many completions of one TRL batch share a confined child (one round trip: 6-12x the
+    rewards per second measured in bench/RESULTS.md). Code that got past the screens could then touch
+    the verdicts of the completions after it in that child; `batch: 1` gives every completion its own."""
 
     allow_unconfined: bool = False
+    batch: int = 256
 
     def validate(self) -> None:
-        pass
+        if not 1 <= self.batch <= 256:
+            raise RecipeError(f"sandbox.batch={self.batch}; use 1 (a child per completion) to 256")
 
 
 @dataclass
@@ -531,7 +536,9 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
 
     for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
         section.validate()
+    recipe.sandbox.validate()
     sandbox.allow_unconfined(recipe.sandbox.allow_unconfined)
+    sandbox.share_children(recipe.sandbox.batch)
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
     missing = confine.missing_here() if task.uses_sandbox and not recipe.sandbox.allow_unconfined else []
     if missing:

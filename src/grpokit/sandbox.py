@@ -49,6 +49,7 @@ MAX_LINE_BYTES = 1 << 21
 MAX_REQUEST_BYTES = 1 << 22  # the worker reads no longer line
 MAX_BATCH = 256  # items per round trip in `score_many`
 BATCH_ITEM_TIMEOUT = 0.25  # seconds a batch gets per item on top of one call's timeout
+_batch_limit = MAX_BATCH  # the recipe's sandbox.batch
 WORKER = Path(__file__).with_name("sandbox_worker.py")
 _allow_unconfined = False
 
@@ -63,6 +64,15 @@ class SandboxTimeout(SandboxError):
 
 class SandboxRefused(SandboxError):
     """The worker is not fully confined on this machine and the recipe did not opt in."""
+
+
+def share_children(items: int) -> None:
+    """The recipe's `sandbox.batch`: at most this many items of one `score_many` share a confined child
+    (1: a fresh child for every completion, so no completion can touch another's verdict)."""
+    global _batch_limit
+    if items < 1:
+        raise ValueError(f"sandbox.batch={items}; use >= 1")
+    _batch_limit = min(int(items), MAX_BATCH)
 
 
 def allow_unconfined(allowed: bool) -> None:
@@ -128,7 +138,7 @@ class Sandbox:
         """
         results: list[float | SandboxError] = []
         while len(results) < len(arg_lists):
-            chunk = arg_lists[len(results) : len(results) + MAX_BATCH]
+            chunk = arg_lists[len(results) : len(results) + _batch_limit]
             scores = self._score_batch(function, chunk, bounds, timeout) if len(chunk) > 1 else None
             if scores is None:  # one by one, so a failure lands on the item that caused it
                 scores = [self._score_alone(function, args, bounds, timeout) for args in chunk]
