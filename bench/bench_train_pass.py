@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 PROMPTS = 4
-CONTENDERS = ("trl", "grpokit", "grpokit-micro8")  # micro8: the loss in micro-batches of 8 rows (one group)
+# micro8/16: the loss in micro-batches of 8 or 16 rows; heap: without grpokit.memory's fixed thresholds
+CONTENDERS = ("trl", "grpokit", "grpokit-micro16", "grpokit-micro8", "grpokit-micro16-heap")
 
 
 def build_batch(tokenizer: Any, group: int, seed: int = 0) -> dict[str, Any]:
@@ -69,6 +70,10 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
     from grpokit.train import attach_lora
     from grpokit.trainer import GrpoTrainer
 
+    if name.startswith("grpokit") and not name.endswith("-heap"):  # what `grpokit train` does at start-up
+        from grpokit.memory import return_freed_memory
+
+        return_freed_memory()
     torch.manual_seed(0)
     recipe = build_recipe(
         {
@@ -89,7 +94,7 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         train_dataset=Dataset.from_list([{"prompt": "x"}]),
         processing_class=tokenizer,
         shared_prefix=name.startswith("grpokit"),
-        micro_batch_rows=8 if name == "grpokit-micro8" else None,
+        micro_batch_rows=int(name.split("micro")[1].split("-")[0]) if "micro" in name else None,
     )
     trainer.current_gradient_accumulation_steps = 1  # what Trainer.train sets
     trainer.model.train()
