@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 PROMPTS = 4
-# micro8/16: the loss in micro-batches of 8 or 16 rows; heap: without grpokit.memory's fixed thresholds
-CONTENDERS = ("trl", "grpokit", "grpokit-micro16", "grpokit-micro8", "grpokit-micro16-heap")
+# micro8/16: the loss in micro-batches of 8 or 16 rows; returned: train_pass.return_freed_memory on
+CONTENDERS = ("trl", "grpokit", "grpokit-micro16", "grpokit-micro8", "grpokit-micro16-returned")
 
 
 def build_batch(tokenizer: Any, group: int, seed: int = 0) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
     from grpokit.train import attach_lora
     from grpokit.trainer import GrpoTrainer
 
-    if name.startswith("grpokit") and not name.endswith("-heap"):  # what `grpokit train` does at start-up
+    if name.endswith("-returned"):  # train_pass.return_freed_memory
         from grpokit.memory import return_freed_memory
 
         return_freed_memory()

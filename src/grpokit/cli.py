@@ -87,10 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from grpokit import console, memory
+    from grpokit import console
 
     console.setup(getattr(args, "verbosity", None) or "normal")
-    memory.return_freed_memory()
     try:
         return COMMANDS[args.command](args)
     except OSError as err:

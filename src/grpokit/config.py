@@ -290,10 +290,13 @@ class TrainPassSection:
     (gradient checkpointing, several processes, multimodal, scaled logits) fall back to TRL's pass.
     `micro_batch_rows`: the loss and its backward run on at most this many completion rows at a time
     (whole groups kept together), so activations of one micro-batch exist at once; the gradient is the
-    whole batch's (token-normalised losses: dapo, cispo). Empty: the whole batch at once."""
+    whole batch's (token-normalised losses: dapo, cispo). Empty: the whole batch at once.
+    `return_freed_memory`: fix glibc's allocation thresholds (grpokit.memory) so freed activations leave
+    the process; lower peak memory for a slower pass (measured: 2.66 vs 3.47 GB, 32.5 vs 24.4 s, one core)."""
 
     shared_prefix: bool = True
     micro_batch_rows: int | None = None
+    return_freed_memory: bool = False
 
     def validate(self) -> None:
         if self.micro_batch_rows is not None and self.micro_batch_rows < 1:

@@ -55,7 +55,10 @@ def refusal(model: Any) -> str | None:
         return "is not a causal language model with an output layer"
     if config.get_text_config() is not config:
         return "is a multimodal model"
-    if getattr(base, "is_gradient_checkpointing", False):
+    checkpointing = getattr(base, "is_activation_checkpointing", None)  # transformers 5.x's name
+    if checkpointing is None:
+        checkpointing = getattr(base, "is_gradient_checkpointing", False)
+    if checkpointing:
         return "uses gradient checkpointing, which drops the KV cache the completions attend to"
     settings = [name for name in _LOGIT_SETTINGS if getattr(config, name, None) not in (None, 1, 1.0)]
     if settings:
