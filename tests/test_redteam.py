@@ -120,3 +120,17 @@ def test_rewards_check_passes_on_every_shipped_recipe(recipe, capsys, monkeypatc
             pytest.skip(f"its data set is on the hub, out of reach offline: {err}"[:200])
         raise
     assert main(["rewards", "check", str(recipe), "--n", "2"]) == 0, capsys.readouterr().out
+
+
+def test_rewards_check_reads_each_stage_s_own_rewards(tmp_path, capsys):
+    """A stage that pays for length (correctness + length_cosine) is caught though the top-level rewards are safe."""
+    import yaml
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / "arithmetic_grpo.yaml"
+    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    raw["stages"][1]["rewards"] = [{"name": "correctness"}, {"name": "length_cosine", "params": {"max_chars": 1000}}]
+    path = tmp_path / "staged.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert main(["rewards", "check", str(path), "--n", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "stage grpo: 100 KB completion" in out

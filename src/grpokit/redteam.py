@@ -131,9 +131,23 @@ def wrong_answer(task: Task, example: Example) -> str | None:
 
 
 def main(recipe: Any, n: int = 8) -> list[Finding]:
+    """The battery against the recipe's rewards, and against each GRPO stage's own rewards and task
+    parameters where a stage sets them (a format stage pays differently from the correctness stage)."""
+    import dataclasses
+
+    from grpokit.config import stage_recipe
     from grpokit.rewards import make_reward
     from grpokit.tasks import build_task
 
-    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
-    rewards = [(s.name, s.weight, make_reward(s.name, task, s.params)) for s in recipe.rewards]
-    return check(task, rewards, task.dataset("eval", n), think_prefilled=recipe.task.prefill_think)
+    sets = [("", recipe)] + [(s.name, stage_recipe(recipe, s)) for s in recipe.stages if s.kind == "grpo"]
+    findings, seen = [], set()
+    for stage, seen_recipe in sets:
+        key = (repr(seen_recipe.rewards), repr(sorted(seen_recipe.task.params.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        task = build_task(seen_recipe.task.name, seen_recipe.task.params, seen_recipe.task.tags)
+        rewards = [(s.name, s.weight, make_reward(s.name, task, s.params)) for s in seen_recipe.rewards]
+        found = check(task, rewards, task.dataset("eval", n), think_prefilled=recipe.task.prefill_think)
+        findings += [dataclasses.replace(f, case=f"stage {stage}: {f.case}") if stage else f for f in found]
+    return findings
