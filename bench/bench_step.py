@@ -155,7 +155,8 @@ def contender_config(name: str, out: Path, work: Workload) -> Any:
             grpo = {**work.recipe.grpo, "max_steps": 1, "report_to": [], "disable_tqdm": True, "seed": 0}
             output = dataclasses.replace(work.recipe.output, save_every=0)
             return build_grpo_config(dataclasses.replace(work.recipe, grpo=grpo, output=output), out)
-        grpo = {k: v for k, v in common.items() if k not in ("output_dir", "use_cpu", "save_strategy", "report_to")}
+        set_by_grpokit = ("output_dir", "use_cpu", "save_strategy", "report_to", "reward_weights")  # weights: rewards
+        grpo = {k: v for k, v in common.items() if k not in set_by_grpokit}
         recipe = build_recipe(
             {
                 "model": {"name": "embedded"},
