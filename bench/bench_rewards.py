@@ -30,12 +30,13 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
+
+from grpokit.precision import cpu_name
 
 PROBLEMS, PER_PROBLEM, SEED = 128, 8, 15
 KINDS = ("right boxed", "right fraction", "right decimal", "right plain", "wrong", "wrong boxed", "junk", "adversarial")
@@ -128,11 +129,6 @@ def timed(reward, completions: list[str], rows: list[dict], per_call: int) -> tu
         columns = {key: [row[key] for row in chunk] for key in ("answer", "solution")}
         scores += reward(prompts=[""] * len(chunk), completions=completions[i : i + per_call], **columns)
     return scores, time.perf_counter() - start
-
-
-def cpu_name() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
 
 
 def main() -> None:

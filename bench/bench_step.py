@@ -294,7 +294,7 @@ def main() -> int:
 
     import torch
 
-    from grpokit.precision import cpu_bf16_speedup, matmul_gflops
+    from grpokit.precision import cpu_bf16_speedup, cpu_name, matmul_gflops
 
     torch.set_num_threads(torch.get_num_threads())
     if args.workload == "recipe":
@@ -360,13 +360,6 @@ def format_table(results: dict[str, dict[str, float]], ceiling: float) -> str:
             f"{100 * r['rows_trained']:>4.0f}% {vs['trl-defaults']:>10.2f}x {vs['trl-tuned']:>7.2f}x"
         )
     return "\n".join(lines)
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 if __name__ == "__main__":

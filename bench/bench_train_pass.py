@@ -141,7 +141,7 @@ def main() -> int:
         print(json.dumps(run_one(args.one, args.repeats, args.group, args.full, out / f"pass-{args.one}")))
         return 0
 
-    from grpokit.precision import matmul_gflops
+    from grpokit.precision import cpu_name, matmul_gflops
 
     peak = {dtype: matmul_gflops(4096, dtype, repeats=5) for dtype in ("float32", "bfloat16")}
     results = {}
@@ -152,7 +152,7 @@ def main() -> int:
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
 
-    cpu = _cpu_name()
+    cpu = cpu_name()
     best = max(peak.values())
     print(f"\nCPU: {cpu}; GEMM 4096x576x1536: fp32 {peak['float32']:.0f}, bf16 {peak['bfloat16']:.0f} GFLOP/s")
     kind = "full fine-tune" if args.full else "LoRA r=16"
@@ -170,13 +170,6 @@ def main() -> int:
     path.write_text(json.dumps({"cpu": cpu, "gemm_gflops": peak, "group": args.group, "results": results}, indent=2))
     print(f"written: {path}")
     return 0
-
-
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 if __name__ == "__main__":

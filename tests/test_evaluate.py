@@ -10,6 +10,28 @@ from grpokit.tasks import build_task
 from tests.conftest import tiny_recipe
 
 
+class FakeModel:
+    """What `evaluate` touches of a model when `_generate` is faked: its training flag."""
+
+    training = False
+
+    def eval(self):
+        pass
+
+    def train(self, mode):
+        pass
+
+
+class FakeTokenizer:
+    """A chat template as a function of the messages."""
+
+    def __init__(self, render):
+        self.render = render
+
+    def apply_chat_template(self, messages, **_):
+        return self.render(messages)
+
+
 @pytest.mark.parametrize(("n", "c", "k"), [(8, 0, 1), (8, 3, 1), (8, 3, 4), (8, 5, 4), (5, 2, 5), (6, 1, 2)])
 def test_pass_at_k_matches_counting_every_subset(n, c, k):
     """pass@k is the share of k-subsets of the n samples that hold at least one correct sample."""
@@ -39,21 +61,10 @@ def test_sampled_metrics_aggregate_per_problem(monkeypatch):
         lengths = [len(c) for group in completions for c in group]
         return ev._Generations(completions, lengths, 0, 1.0)
 
-    class Model:
-        training = False
-
-        def eval(self):
-            pass
-
-        def train(self, mode):
-            pass
-
-    class Tokenizer:
-        def apply_chat_template(self, messages, **_):
-            return messages[-1]["content"]
+    tokenizer = FakeTokenizer(lambda messages: messages[-1]["content"])
 
     monkeypatch.setattr(ev, "_generate", fake_generate)
-    result = ev.evaluate(Model(), Tokenizer(), task, problems, samples_per_problem=4, k=[1, 2, 4])
+    result = ev.evaluate(FakeModel(), tokenizer, task, problems, samples_per_problem=4, k=[1, 2, 4])
     assert result.accuracy == 0.5
     # problem 0: 2 of 4 right; problem 1: 1 of 4 right.
     assert result.pass_at_k["1"] == pytest.approx((2 / 4 + 1 / 4) / 2)
@@ -79,21 +90,10 @@ def test_eval_reads_completions_in_the_recipes_tags_after_a_prefilled_thought(mo
         seen.extend(prompts)
         return ev._Generations(plan[temperature], [1] * sum(map(len, plan[temperature])), 0, 1.0)
 
-    class Model:
-        training = False
-
-        def eval(self):
-            pass
-
-        def train(self, mode):
-            pass
-
-    class Tokenizer:
-        def apply_chat_template(self, messages, **_):
-            return messages[0]["content"] + "|" + messages[-1]["content"] + "|<reasoning>\n"
+    tokenizer = FakeTokenizer(lambda messages: f"{messages[0]['content']}|{messages[-1]['content']}|<reasoning>\n")
 
     monkeypatch.setattr(ev, "_generate", fake_generate)
-    result = ev.evaluate(Model(), Tokenizer(), task, problems, samples_per_problem=2, k=[1, 2])
+    result = ev.evaluate(FakeModel(), tokenizer, task, problems, samples_per_problem=2, k=[1, 2])
     assert "<reasoning> </reasoning>" in seen[0]  # the default system prompt names the recipe's tags
     # The second greedy completion closes a <think>, not the prefilled <reasoning>: still in the thought, no answer.
     assert result.accuracy == 0.5 and result.format_rate == 0.5
@@ -115,21 +115,10 @@ def test_eval_of_a_prefill_think_recipe_opens_the_thought_and_scores_what_follow
         seen.extend(prompts)
         return ev._Generations([[right], [doubled]], [1, 1], 0, 1.0)
 
-    class Model:
-        training = False
-
-        def eval(self):
-            pass
-
-        def train(self, mode):
-            pass
-
-    class Tokenizer:
-        def apply_chat_template(self, messages, **_):
-            return messages[-1]["content"] + "|assistant\n"
+    tokenizer = FakeTokenizer(lambda messages: messages[-1]["content"] + "|assistant\n")
 
     monkeypatch.setattr(ev, "_generate", fake_generate)
-    result = ev.evaluate_recipe(Model(), Tokenizer(), task, problems, recipe)
+    result = ev.evaluate_recipe(FakeModel(), tokenizer, task, problems, recipe)
     assert [prompt.endswith("|assistant\n<think>") for prompt in seen] == [True, True]
     assert result.accuracy == 1.0 and result.format_rate == 1.0
     assert result.samples[0]["completion"] == right  # kept as the model wrote it

@@ -512,7 +512,8 @@ def _list_index(node: list, part: str, parts: list[str]) -> int:
 
 
 def validate_recipe(recipe: Recipe) -> None:
-    for section in (recipe.model, recipe.lora, recipe.eval, recipe.output, recipe.launch, recipe.train_pass):
+    sections = (recipe.model, recipe.lora, recipe.eval, recipe.output, recipe.launch, recipe.train_pass, recipe.sandbox)
+    for section in sections:
         section.validate()
     names = [stage.name for stage in recipe.stages]
     if len(set(names)) < len(names):
@@ -539,7 +540,6 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
 
     for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
         section.validate()
-    recipe.sandbox.validate()
     sandbox.allow_unconfined(recipe.sandbox.allow_unconfined)
     sandbox.share_children(recipe.sandbox.batch)
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)

@@ -29,6 +29,17 @@ def matmul_gflops(rows: int = 256, dtype: str = "float32", repeats: int = 20) ->
     return 2 * rows * 576 * 1536 * repeats / max(time.perf_counter() - start, 1e-9) / 1e9
 
 
+def cpu_name() -> str:
+    """The CPU's model name as lscpu prints it (from /proc/cpuinfo), for every benchmark's figures."""
+    from pathlib import Path
+
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # not Linux
+        return "unknown CPU"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
+
+
 @functools.cache
 def cpu_bf16_speedup(rows: int = 256, repeats: int = 20) -> float:
     """fp32 time / bf16 time for the same matmul on this CPU (> 1: bf16 is faster)."""

@@ -15,14 +15,13 @@ Log-probabilities are taken on completion tokens only, through TRL's chunked LM 
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
-log = logging.getLogger(__name__)
+from grpokit.rollout import base_model, cache_of
 
 LOGPROB_CHUNK = 4096  # vocabulary tile of the chunked LM head (TRL's size)
 # Settings of a model's output layer that TRL's fused head applies and this pass does not.
@@ -49,7 +48,7 @@ def prompt_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[to
 
 def refusal(model: Any) -> str | None:
     """Why this pass cannot run on `model` (a transformers model, or peft's wrapper of one), else None."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     config = getattr(base, "config", None)
     if config is None or not hasattr(base, "get_output_embeddings") or base.get_output_embeddings() is None:
         return "is not a causal language model with an output layer"
@@ -116,14 +115,14 @@ def _chunk(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     from trl.kernels import ChunkedLogProbFunction
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     backbone = getattr(base, base.base_model_prefix)  # peft's adapters live inside it
     prompt_ids, completion_ids = input_ids[:, :-completion_length], input_ids[:, -completion_length:]  # [B, P], [B, C]
     prompt_mask, completion_mask = attention_mask[:, :-completion_length], attention_mask[:, -completion_length:]
     first, run = prompt_runs(prompt_ids, prompt_mask)  # [U], [B]
 
     prompts = backbone(input_ids=prompt_ids[first], attention_mask=prompt_mask[first], use_cache=True)
-    cache = prompts.cache if getattr(prompts, "cache", None) is not None else prompts.past_key_values
+    cache = cache_of(prompts)
     cache.reorder_cache(run)  # [U, ...] -> [B, ...]; the backward sums each group's rows
     answers = backbone(input_ids=completion_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
     # The prompt's last position predicts the first completion token; each completion position the next.

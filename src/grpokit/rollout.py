@@ -179,7 +179,7 @@ def sample(
             use_cache=True,
             **{cache_kwarg: cache},
         )
-        cache, logits = _cache_of(out), out.logits[:, -1, :].float()
+        cache, logits = cache_of(out), out.logits[:, -1, :].float()
     return produced
 
 
@@ -209,7 +209,7 @@ def _prefill(model: Any, distinct: list[list[int]], pad_id: int, device: Any, ca
     past = {}
     if shared:
         out = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True, logits_to_keep=1)
-        cache = _cache_of(out)
+        cache = cache_of(out)
         cache.reorder_cache(torch.zeros(len(distinct), dtype=torch.long, device=device))
         past = {cache_kwarg: cache}
     width = max(len(p) for p in distinct) - shared
@@ -221,7 +221,7 @@ def _prefill(model: Any, distinct: list[list[int]], pad_id: int, device: Any, ca
     mask = torch.cat([torch.ones(len(distinct), shared, dtype=own.dtype, device=device), own], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **past)
-    return _cache_of(out), out.logits[:, -1, :].float(), mask
+    return cache_of(out), out.logits[:, -1, :].float(), mask
 
 
 def finished(row: Sequence[int], eos_ids: Sequence[int], tokenizer: Any = None, stop_texts: Sequence[str] = ()) -> bool:
@@ -238,11 +238,11 @@ def _cache_argument(model: Any) -> str:
     """transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40)."""
     import inspect
 
-    forward = _base(model).forward
+    forward = base_model(model).forward
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def _cache_of(out: Any) -> Any:
+def cache_of(out: Any) -> Any:
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
 
@@ -315,7 +315,7 @@ def copy_refusal(policy: Any) -> str | None:
     return None
 
 
-def _base(model: Any) -> Any:
+def base_model(model: Any) -> Any:
     """The transformers model inside a peft wrapper (the model itself when there is none)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
@@ -338,7 +338,7 @@ def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
 @torch.no_grad()
 def refresh(copy: Any, policy: Any) -> None:
     """Write the policy's effective weights (base + active LoRA deltas) into `copy`, module by module."""
-    base = _base(policy)
+    base = base_model(policy)
     for name, target in copy.named_modules():
         own = dict(target.named_parameters(recurse=False))
         if not own:
