@@ -57,6 +57,7 @@ class ArithmeticConfig:
 class ArithmeticTask(Task):
     name = "arithmetic"
     config_class = ArithmeticConfig
+    worked_steps = True
 
     def example(self, split: str, index: int) -> Example:
         if split not in ("train", "eval"):

@@ -1,0 +1,70 @@
+import pytest
+
+from grpokit.rewards import make_reward
+from grpokit.tasks import build_task
+
+
+@pytest.fixture(scope="module")
+def task():
+    return build_task("arithmetic")
+
+
+@pytest.fixture(scope="module")
+def row(task):
+    row = task.example("train", 0)
+    assert len(row["steps"]) == 2  # `a + b * c` or `a * b + c`: a product, then a sum
+    return row
+
+
+def worked(row, *, answer=None, steps=None):
+    steps = " ".join(row["steps"] if steps is None else steps)
+    return f"<think>{steps}</think><answer>{row['answer'] if answer is None else answer}</answer>"
+
+
+def test_each_right_step_earns_its_share(task, row):
+    reward = make_reward("steps", task)
+    product = row["steps"][0]
+    assert reward(worked(row), row) == 1.0
+    assert reward(worked(row, answer=-1), row) == 1.0  # the steps, not the answer: correctness pays for that
+    assert reward(worked(row, steps=[product]), row) == 0.5
+    assert reward(worked(row, steps=[]), row) == 0.0
+    assert reward(f"<answer>{row['answer']}</answer>", row) == 0.0  # a bare answer shows no working
+
+
+def test_commuted_operands_count_and_the_thought_only(task):
+    reward = make_reward("steps", task)
+    row = {"steps": ["3 * 8 = 24.", "7 + 24 = 31."], "answer": 31}
+    assert reward("<think>8 × 3 = 24 and 24 + 7 = 31</think><answer>31</answer>", row) == 1.0
+    # right equations after the thought (in the answer, or trailing) earn nothing
+    assert reward("<think>no idea</think><answer>3 * 8 = 24. 7 + 24 = 31</answer>", row) == 0.0
+    # a prefilled thought (no `<think>` in the completion) is read up to `</think>`
+    assert reward("3*8=24, 7+24=31</think><answer>31</answer>", row) == 1.0
+    # subtraction does not commute
+    sub = {"steps": ["9 - 4 = 5."], "answer": 5}
+    assert reward("<think>4 - 9 = 5</think><answer>5</answer>", sub) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("thought", "expected"),
+    [
+        ("3 * 8 = 23. 3 * 8 = 24. 3 * 8 = 25. 7 + 24 = 31.", 0.0),  # listing candidates: a false one zeroes it
+        ("3 * 8 = 24. 7 + 24 = 31. 1 + 1 = 3.", 0.0),
+        ("1 + 1 = 2. 2 * 2 = 4. 10 - 3 = 7.", 0.0),  # true, but not this problem's steps
+        ("3 8 24 7 31", 0.0),  # the numbers without equations
+        ("3 * 8 = 24." + " 1 + 1 = 2." * 5000, 0.5),  # 55 KB: cut at MAX_COMPLETION_CHARS, the product counts
+    ],
+)
+def test_gaming_earns_nothing(task, thought, expected):
+    row = {"steps": ["3 * 8 = 24.", "7 + 24 = 31."], "answer": 31}
+    assert make_reward("steps", task)(f"<think>{thought}</think><answer>31</answer>", row) == expected
+
+
+def test_digits_touching_an_equation_are_not_read_as_a_shorter_one(task):
+    row = {"steps": ["4 * 8 = 32."], "answer": 32}
+    # `34 * 8 = 272` is true and not this step; read as `4 * 8 = 272` it would zero a right thought
+    assert make_reward("steps", task)("<think>34 * 8 = 272. 4 * 8 = 32.</think><answer>32</answer>", row) == 1.0
+
+
+def test_a_task_without_worked_steps_is_refused():
+    with pytest.raises(ValueError, match="worked steps"):
+        make_reward("steps", build_task("countdown"))
