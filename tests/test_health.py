@@ -66,6 +66,12 @@ def test_low_entropy_while_groups_still_differ_is_not_a_collapse():
     )
 
 
+def test_agreeing_because_right_is_not_a_collapse():
+    sure = {**HEALTHY, "entropy": 0.02, "frac_reward_zero_std": 0.7}
+    assert "entropy_collapse" not in feed(HealthMonitor(window=3), [{**sure, "rewards/correctness/mean": 0.93}] * 6)
+    assert "entropy_collapse" in feed(HealthMonitor(window=3), [{**sure, "rewards/correctness/mean": 0.6}] * 6)
+
+
 def test_at_most_once_per_condition_per_window_then_a_short_note():
     bad = {**HEALTHY, "entropy": 0.0, "frac_reward_zero_std": 0.6}
     monitor = HealthMonitor(window=4)

@@ -128,8 +128,11 @@ class HealthMonitor:
         entropy = now.get("entropy")
         # Low mean entropy alone is normal for answers that are mostly template (tags, fixed wording) with a
         # few uncertain tokens: measured 0.03-0.06 nats per token on the default task while every group's
-        # rewards still differed. It is a collapse when the groups agree too.
-        if entropy is not None and entropy < 0.05 and (zero_std is None or zero_std >= 0.5):
+        # rewards still differed. It is a collapse when the groups agree too, and not when they agree because
+        # nearly every completion is right (a policy that has learned the task is sure of itself; no_signal
+        # says "too easy" when that leaves no groups to learn from).
+        solved = correct is not None and correct >= 0.9
+        if entropy is not None and entropy < 0.05 and (zero_std is None or zero_std >= 0.5) and not solved:
             agree = "" if zero_std is None else f" and {100 * zero_std:.0f}% of groups had identical rewards"
             yield (
                 "entropy_collapse",
