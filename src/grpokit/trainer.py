@@ -295,6 +295,8 @@ class GrpoTrainer(GRPOTrainer):
             if self.dynamic_max_extra is not None:
                 batch = self._fill_with_informative_groups(batch)
             self._step_schedules(success)
+        if self.rollout_copy is not None:
+            self.rollout_copy.release()  # its weights' memory serves the training pass; the next rollout rewrites them
         if not (self.skip_zero_advantage and training):
             return batch
         mask = keep_mask(batch)
