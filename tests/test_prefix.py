@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpokit.config import build_grpo_config, build_recipe
-from grpokit.prefix import prompt_runs
+from grpokit.prefix import prompt_groups
 from tests.conftest import tiny_recipe
 
 PAD = 2  # the tiny tokenizer's pad (<|im_end|>)
@@ -132,14 +132,60 @@ def test_each_prompt_is_forwarded_once(tiny_model_dir, tmp_path):
     assert len(seen) == 10, "nothing else forwarded: no row carries its whole prompt"
 
 
-def test_prompt_runs_group_consecutive_identical_prompts():
-    ids = torch.tensor([[0, 7, 8], [0, 7, 8], [7, 8, 9], [7, 8, 9], [0, 7, 8]])
-    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 1, 1]])
-    first, run = prompt_runs(ids, mask)
-    assert first.tolist() == [0, 2, 4] and run.tolist() == [0, 0, 1, 1, 2]
+def test_prompt_groups_gather_identical_prompts_wherever_they_sit():
+    ids = torch.tensor([[0, 7, 8], [7, 8, 9], [0, 7, 8], [7, 8, 9], [0, 7, 8]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1], [0, 1, 1]])
+    first, group = prompt_groups(ids, mask)
+    assert first.tolist() == [0, 1] and group.tolist() == [0, 1, 0, 1, 0]
     # same tokens, different padding: different prompts
-    first, run = prompt_runs(torch.tensor([[2, 7], [2, 7]]), torch.tensor([[0, 1], [1, 1]]))
-    assert run.tolist() == [0, 1]
+    first, group = prompt_groups(torch.tensor([[2, 7], [2, 7]]), torch.tensor([[0, 1], [1, 1]]))
+    assert group.tolist() == [0, 1]
+
+
+def test_a_shuffled_batch_forwards_each_prompt_once_with_the_same_result(tiny_model_dir, tmp_path):
+    """TRL shuffles a generation batch's rows before the training pass: A C B A C A B C, not A A A B B C C C."""
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    order = torch.tensor([0, 5, 3, 1, 6, 2, 4, 7])
+    batch = {k: v[order] if v.dim() else v for k, v in _batch().items()}
+    loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared=False)
+    seen = []
+    backbone = trainer.model.get_base_model().model
+    hook = backbone.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        loss, grads, _ = _loss_and_grads(trainer, batch, shared=True)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for name, grad in grads_ref.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    # The policy's log-probs and the loss (the last four forwards): the three prompts once each, then 8 rows.
+    assert [rows for rows, _ in seen[-4:]] == [3, 8, 3, 8]
+
+
+def test_a_training_step_forwards_each_prompt_once(tiny_model_dir, tmp_path):
+    """Through TRL's own step (its shuffle included): 2 prompts x 4 completions, every row trained."""
+    import random
+
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    rng = random.Random(0)
+
+    def varied(prompts, completions, **kwargs):  # rewards that differ, so no row is skipped
+        return [rng.random() for _ in completions]
+
+    trainer.reward_funcs[0] = varied
+    trainer.args.max_steps = 1
+    seen = []
+    backbone = trainer.model.get_base_model().model
+    # Rollouts run without gradients (on the merged copy, which carries this hook too): the pass runs with them.
+    hook = backbone.embed_tokens.register_forward_hook(
+        lambda module, args, out: seen.append(args[0].size(0)) if torch.is_grad_enabled() else None
+    )
+    try:
+        trainer.train()
+    finally:
+        hook.remove()
+    assert trainer.state.log_history[0]["rows_trained_frac"] == 1.0
+    assert seen == [2, 8], "one forward of the 2 distinct prompts, one of the 8 completions"
 
 
 def test_models_the_pass_cannot_hold_fall_back_to_trl(tiny_model_dir, tmp_path):

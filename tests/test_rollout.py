@@ -77,6 +77,25 @@ def scripted_draws(monkeypatch, script):
     monkeypatch.setattr(rollout, "draw", lambda logits: torch.tensor([next(tokens)] * logits.size(0)))
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_prompts_meet_the_vocabulary_at_their_last_position_only(model_and_tokenizer, shared):
+    """Logits for every prompt position would be [rows, prompt tokens, vocabulary] floats: 1.2 GB for an
+    evaluation batch of 100 prompts of 60 tokens with SmolLM2's 49,152-token vocabulary. The prefill (with
+    a shared prefix forwarded apart, or without) and each decoding step ask for one position per row."""
+    model, tokenizer = model_and_tokenizer
+    prefix = list(range(20, 29)) if shared else []  # 9 tokens: long enough to be forwarded once
+    prompts = [prefix + p for p in PROMPTS]
+    positions = []
+    hook = model.lm_head.register_forward_hook(lambda module, args, out: positions.append(args[0].size(1)))
+    try:
+        settings = SamplingSettings(max_new_tokens=3, top_k=1)
+        sample(model, prompts, settings, eos_ids=[-1], pad_id=tokenizer.pad_token_id)  # -1: no row ends early
+    finally:
+        hook.remove()
+    assert len(positions) == (2 if shared else 1) + 2  # prefill(s), then two decoding steps
+    assert set(positions) == {1}
+
+
 @pytest.mark.parametrize(
     ("after_stop", "is_end", "expected"),
     [
@@ -188,6 +207,30 @@ def test_copy_holds_the_merged_policy_and_follows_its_updates(model_and_tokenize
         assert moved is not None and not torch.allclose(moved, before)
         torch.testing.assert_close(moved, policy(ids).logits, rtol=1e-5, atol=1e-5)
     assert rollout.get(policy, version=1) is first  # refreshed in place, never rebuilt
+
+
+def test_a_released_copy_frees_its_weights_and_comes_back_the_same(model_and_tokenizer):
+    from grpokit.rollout import RolloutCopy
+
+    model, _ = model_and_tokenizer
+    policy = _lora(model, seed=3)
+    ids = torch.tensor([PROMPTS[5]])
+    rollout = RolloutCopy(torch.float32)
+    copy = rollout.get(policy, version=0)
+    weights = sum(p.numel() for p in copy.parameters())
+    with torch.no_grad():
+        before = copy(ids).logits
+        rollout.release()
+        assert sum(p.numel() for p in copy.parameters()) == 0, "the training pass gets the weights' memory"
+        assert rollout.get(policy, version=0) is copy  # the same step: rewritten all the same
+        assert sum(p.numel() for p in copy.parameters()) == weights
+        assert copy.lm_head.weight is copy.model.embed_tokens.weight, "still tied"
+        assert torch.equal(copy(ids).logits, before)
+        for name, param in policy.named_parameters():  # an optimizer step while the copy is released
+            if "lora_A" in name:
+                param.add_(0.3)
+        rollout.release()
+        torch.testing.assert_close(rollout.get(policy, version=1)(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_copy_is_as_close_to_the_fp32_policy_as_autocast(model_and_tokenizer):

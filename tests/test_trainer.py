@@ -190,3 +190,57 @@ def test_a_router_auxiliary_loss_turns_the_skip_off(tiny_model_dir, tmp_path, gr
     trainer = _trainer(tiny_model_dir, tmp_path, model=MixtralForCausalLM(config), **grpo)
     assert trainer.aux_loss_enabled is not skips
     assert trainer.skip_zero_advantage is skips
+
+
+def test_the_rollout_copy_frees_its_weights_for_the_training_pass_and_samples_the_same(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """Between rollouts the merged copy holds no weights (the training pass gets their memory); rewritten
+    for the next rollout, it draws the same tokens, so the run learns exactly what a kept copy's would."""
+    import transformers
+
+    from grpokit import train
+    from grpokit.models import load_model
+    from grpokit.rollout import RolloutCopy
+    from grpokit.tasks import build_task
+    from grpokit.trainer import GrpoTrainer
+
+    def run(out, release: bool):
+        if not release:
+            monkeypatch.setattr(RolloutCopy, "release", lambda self: None)
+        recipe = build_recipe(tiny_recipe(tiny_model_dir, out, rewards=[{"name": "format"}]))
+        transformers.set_seed(0)
+        model, tokenizer = load_model(recipe.model.name)
+        model = train.attach_lora(model, recipe)
+        drawn, held = [], []
+
+        def by_length(prompts, completions, **kwargs):  # rewards that differ within groups: rows train
+            drawn.extend(completions)
+            return [float(len(c) % 3) for c in completions]
+
+        trainer = GrpoTrainer(
+            model=model,
+            reward_funcs=[by_length],
+            processing_class=tokenizer,
+            args=build_grpo_config(recipe, out / "grpo"),
+            train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
+        )
+        compute_loss = trainer.compute_loss
+
+        def spy(*args, **kwargs):
+            held.append(sum(p.numel() for p in trainer.rollout_copy.model.parameters()))
+            return compute_loss(*args, **kwargs)
+
+        trainer.compute_loss = spy
+        trainer.train()
+        weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+        return drawn, held, weights
+
+    drawn, held, weights = run(tmp_path / "released", release=True)
+    assert len(held) == 2 and set(held) == {0}, "no copy weights during either step's training pass"
+    kept_drawn, kept_held, kept_weights = run(tmp_path / "kept", release=False)
+    assert min(kept_held) > 0
+    assert drawn == kept_drawn and len(drawn) == 16  # two steps of 2 prompts x 4
+    assert any(not torch.equal(w, torch.zeros_like(w)) for n, w in weights.items() if "lora_B" in n)
+    for name, value in kept_weights.items():
+        assert torch.equal(weights[name], value), name

@@ -34,16 +34,23 @@ _LOGIT_SETTINGS = (
 )
 
 
-def prompt_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the first row of each run of identical consecutive prompts [U], each row's run [B]).
+def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the first row of each distinct prompt [U], each row's prompt [B]), prompts numbered as they first
+    appear. Identical prompts anywhere in the batch count as one: TRL shuffles a generation batch's rows
+    before the training pass, so a group's completions seldom sit next to each other.
 
-    >>> first, run = prompt_runs(torch.tensor([[0, 5], [0, 5], [4, 5], [0, 5]]), torch.tensor([[0, 1]] * 4))
-    >>> first.tolist(), run.tolist()
-    ([0, 2, 3], [0, 0, 1, 2])
+    >>> first, group = prompt_groups(torch.tensor([[0, 5], [4, 5], [0, 5], [4, 5]]), torch.tensor([[0, 1]] * 4))
+    >>> first.tolist(), group.tolist()
+    ([0, 1], [0, 1, 0, 1])
     """
-    same = (prompt_ids[1:] == prompt_ids[:-1]).all(dim=1) & (prompt_mask[1:] == prompt_mask[:-1]).all(dim=1)  # [B-1]
-    starts = torch.cat([torch.ones(1, dtype=torch.bool, device=same.device), ~same])  # [B]
-    return starts.nonzero().squeeze(1), starts.cumsum(0) - 1
+    _, sorted_group = torch.unique(torch.cat([prompt_ids, prompt_mask], dim=1), dim=0, return_inverse=True)  # [B]
+    rows = torch.arange(prompt_ids.size(0), device=prompt_ids.device)
+    first = torch.full((int(sorted_group.max()) + 1,), prompt_ids.size(0), device=rows.device)
+    first = first.scatter_reduce(0, sorted_group, rows, reduce="amin")  # [U], in torch.unique's order
+    order = first.argsort()
+    number = torch.empty_like(order)
+    number[order] = torch.arange(len(order), device=rows.device)
+    return first[order], number[sorted_group]
 
 
 def refusal(model: Any) -> str | None:
@@ -119,14 +126,14 @@ def _chunk(
     backbone = getattr(base, base.base_model_prefix)  # peft's adapters live inside it
     prompt_ids, completion_ids = input_ids[:, :-completion_length], input_ids[:, -completion_length:]  # [B, P], [B, C]
     prompt_mask, completion_mask = attention_mask[:, :-completion_length], attention_mask[:, -completion_length:]
-    first, run = prompt_runs(prompt_ids, prompt_mask)  # [U], [B]
+    first, group = prompt_groups(prompt_ids, prompt_mask)  # [U], [B]
 
     prompts = backbone(input_ids=prompt_ids[first], attention_mask=prompt_mask[first], use_cache=True)
     cache = cache_of(prompts)
-    cache.reorder_cache(run)  # [U, ...] -> [B, ...]; the backward sums each group's rows
+    cache.reorder_cache(group)  # [U, ...] -> [B, ...]; the backward sums each group's rows
     answers = backbone(input_ids=completion_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
     # The prompt's last position predicts the first completion token; each completion position the next.
-    hidden = torch.cat([prompts.last_hidden_state[run, -1:], answers.last_hidden_state[:, :-1]], dim=1)  # [B, C, H]
+    hidden = torch.cat([prompts.last_hidden_state[group, -1:], answers.last_hidden_state[:, :-1]], dim=1)  # [B, C, H]
 
     head = base.get_output_embeddings()
     mask = completion_mask.bool()  # [B, C]

@@ -261,6 +261,7 @@ class RolloutCopy:
         self.dtype = dtype
         self.model: Any = None
         self.version: Any = None
+        self.released: dict[str, torch.Size] = {}  # parameter shapes while the weights are freed
 
     def get(self, policy: Any, version: Any) -> Any:
         """The copy, refreshed when `version` (the optimizer step) differs from the last refresh."""
@@ -269,10 +270,24 @@ class RolloutCopy:
             raise ValueError(f"a merged rollout copy would not be the policy: {refusal}; sample on the policy")
         if self.model is None:
             self.model = _plain_copy(policy, self.dtype)
+        if self.released:
+            for name, param in self.model.named_parameters():
+                param.data = torch.empty(self.released[name], dtype=self.dtype, device=param.device)
+            self.released, self.version = {}, None
         if version != self.version:
             refresh(self.model, policy)
             self.version = version
         return self.model
+
+    def release(self) -> None:
+        """Free the copy's weights until the next `get`, which rewrites them: the training pass between two
+        rollouts gets their memory (538 MB for SmolLM2-135M in fp32). `refresh` rewrites every weight each
+        step anyway; what this adds is fresh pages for them, measured in bench/RESULTS.md."""
+        if self.model is None or self.released:
+            return
+        for name, param in self.model.named_parameters():
+            self.released[name] = param.shape
+            param.data = torch.empty(0, dtype=self.dtype, device=param.device)
 
 
 def wants_copy(policy: Any) -> bool:

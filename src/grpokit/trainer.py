@@ -295,6 +295,8 @@ class GrpoTrainer(GRPOTrainer):
             if self.dynamic_max_extra is not None:
                 batch = self._fill_with_informative_groups(batch)
             self._step_schedules(success)
+        if self.rollout_copy is not None:
+            self.rollout_copy.release()  # its weights' memory serves the training pass; the next rollout rewrites them
         if not (self.skip_zero_advantage and training):
             return batch
         mask = keep_mask(batch)
@@ -430,33 +432,38 @@ def pad_mask(mask: torch.Tensor, target: int) -> torch.Tensor:
 
 
 def micro_batches(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, rows: int) -> list[torch.Tensor]:
-    """Row masks of consecutive micro-batches of at most `rows` rows, whole groups of one prompt kept
-    together where a group fits (the shared-prefix pass then forwards each prompt once).
+    """Row masks of micro-batches of at most `rows` rows, each group (the rows of one prompt, wherever they
+    sit in the batch: TRL shuffles it) kept whole where it fits, so the shared-prefix pass forwards each
+    prompt once per micro-batch.
 
     >>> ids = torch.tensor([[1], [1], [1], [2], [2], [3], [3], [3]])
     >>> [m.nonzero().squeeze(1).tolist() for m in micro_batches(ids, torch.ones_like(ids), 4)]
     [[0, 1, 2], [3, 4], [5, 6, 7]]
+    >>> ids = torch.tensor([[1], [2], [1], [2]])
+    >>> [m.nonzero().squeeze(1).tolist() for m in micro_batches(ids, torch.ones_like(ids), 2)]
+    [[0, 2], [1, 3]]
     """
-    _, run = prefix.prompt_runs(prompt_ids, prompt_mask)  # [B]
-    sizes = torch.bincount(run).tolist()
-    bounds, start, size = [], 0, 0
-    for group in sizes:
-        while group > rows:  # a group larger than a micro-batch is split
-            if size:
-                bounds.append((start, start + size))
-                start, size = start + size, 0
-            bounds.append((start, start + rows))
-            start, group = start + rows, group - rows
-        if size + group > rows:
-            bounds.append((start, start + size))
-            start, size = start + size, 0
-        size += group
-    if size:
-        bounds.append((start, start + size))
+    _, group = prefix.prompt_groups(prompt_ids, prompt_mask)  # [B]
+    members = [(group == g).nonzero().squeeze(1).tolist() for g in range(int(group.max()) + 1)]
+    parts: list[list[int]] = []
+    current: list[int] = []
+    for rows_of_group in members:
+        while len(rows_of_group) > rows:  # a group larger than a micro-batch is split
+            if current:
+                parts.append(current)
+                current = []
+            parts.append(rows_of_group[:rows])
+            rows_of_group = rows_of_group[rows:]
+        if len(current) + len(rows_of_group) > rows:
+            parts.append(current)
+            current = []
+        current += rows_of_group
+    if current:
+        parts.append(current)
     masks = []
-    for lo, hi in bounds:
+    for part in parts:
         mask = torch.zeros(prompt_ids.size(0), dtype=torch.bool, device=prompt_ids.device)
-        mask[lo:hi] = True
+        mask[part] = True
         masks.append(mask)
     return masks
 
