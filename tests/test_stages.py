@@ -96,7 +96,11 @@ def test_resume_continues_inside_a_later_stage(tiny_model_dir, tmp_path, at):
 @pytest.mark.parametrize(
     ("stages", "message"),
     [
-        ([{"name": "a", "kind": "sft"}], "no grpo stage"),
+        ([{"name": "a", "max_minutes": 0}], "stage 'a': max_minutes=0.0; use a positive number of minutes"),
+        ([{"name": "a", "max_minutes": -5}], "max_minutes=-5.0"),
+        ([{"name": "a", "max_minutes": float("inf")}], "max_minutes=inf"),
+        ([{"name": "a", "max_minutes": "ten"}], "max_minutes='ten' should be float"),
+        ([{"name": "a", "kind": "sft", "eval_every": -1}], "stage 'a': eval_every=-1"),
         ([{"name": "a"}, {"name": "a"}], "stage names must differ"),
         ([{"name": "a", "kind": "ppo"}], "kind='ppo'"),
         ([{"name": "before"}], "stage name 'before'"),
@@ -111,3 +115,88 @@ def test_bad_stages_fail_when_the_recipe_loads(tiny_model_dir, tmp_path, stages,
     raw["stages"] = stages
     with pytest.raises(RecipeError, match=message):
         build_recipe(raw)
+
+
+def test_a_time_budget_stops_sft_and_grpo_stages_after_the_step_it_ran_out(tiny_model_dir, tmp_path):
+    raw = tiny_recipe(tiny_model_dir, tmp_path, eval={"every": 1, "every_n": 2})
+    # A budget any step exceeds: each stage stops after its first step of 5 (sft) and 3 (grpo).
+    raw["stages"] = [
+        {"name": "warmup", "kind": "sft", "steps": 5, "max_minutes": 1e-9},
+        {"name": "grpo", "steps": 3, "max_minutes": 1e-9},
+    ]
+    run_dir = train.main(build_recipe(raw))
+    rows = rows_of(run_dir)
+    assert [r["step"] for r in rows if r["stage"] == "warmup" and "loss" in r] == [1]
+    assert [r["step"] for r in rows if r["stage"] == "grpo" and "reward" in r] == [1]
+    names = [s["name"] for s in json.loads((run_dir / "stages.json").read_text())]
+    assert names == ["before", "warmup", "grpo"]  # each stopped stage is evaluated and the run goes on
+    log = (run_dir / "train.log").read_text()
+    for stage in ("warmup", "grpo"):
+        assert log.count(f"stage {stage}: time budget of 1e-09 min reached after step 1") == 1, stage
+    # No periodic eval after the step the budget stopped at: the stage's own evaluation follows.
+    assert not any("eval/accuracy" in r for r in rows)
+
+
+def test_the_budget_counts_training_steps_not_the_evaluations_between_them(monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from grpokit import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    budget = callbacks.TimeBudget("grpo", minutes=1.0)
+    hooks, control = budget.callback(), TrainerControl()
+    args, state = SimpleNamespace(device="cpu"), SimpleNamespace(global_step=0, is_world_process_zero=True)
+    for step in range(1, 6):
+        hooks.on_step_begin(args, state, control)
+        now[0] += 25.0  # a 25 s step
+        state.global_step = step
+        hooks.on_step_end(args, state, control)
+        if control.should_training_stop:
+            break
+        now[0] += 100.0  # an evaluation between steps: wall time would pass the budget after step 2
+    assert (budget.reached_at, state.global_step, budget.seconds) == (3, 3, 75.0)
+
+
+def test_an_sft_stage_evaluates_every_n_steps_only_when_its_eval_every_asks(tiny_model_dir, tmp_path):
+    raw = tiny_recipe(tiny_model_dir, tmp_path, eval={"every": 1, "every_n": 2})
+    # sft stages only: a control without GRPO is a recipe of its own. eval.every is GRPO's cadence.
+    raw["stages"] = [
+        {"name": "warmup", "kind": "sft", "steps": 2},
+        {"name": "more", "kind": "sft", "steps": 3, "eval_every": 1},
+    ]
+    run_dir = train.main(build_recipe(raw))
+    evals = [(r["stage"], r["step"]) for r in rows_of(run_dir) if "eval/accuracy" in r]
+    assert evals == [("more", 1), ("more", 2)]  # the last step is the stage's own evaluation
+    assert sorted(p.name for p in (run_dir / "evals").iterdir()) == ["more-step_00001.json", "more-step_00002.json"]
+    assert json.loads((run_dir / "evals" / "more-step_00002.json").read_text())["n"] == 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == ["before", "warmup", "more"] and summary["grpo_gain"] is None
+
+
+def test_a_later_sft_stage_draws_fresh_demonstrations(tiny_model_dir, tmp_path):
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from grpokit.cold_start import build_demonstrations, task_of
+    from grpokit.config import stage_recipe
+    from grpokit.train import demonstrations_before
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path)
+    raw["stages"] = [
+        {"name": "warmup", "kind": "sft", "examples": 8},
+        {"name": "more", "kind": "sft", "examples": 4},
+        {"name": "grpo"},
+    ]
+    recipe = build_recipe(raw)
+    warmup, more, grpo = recipe.stages
+    assert [demonstrations_before(recipe, stage) for stage in (warmup, more, grpo)] == [0, 8, 12]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    seen = stage_recipe(recipe, more)
+    twelve = dataclasses.replace(seen, cold_start=dataclasses.replace(seen.cold_start, examples=12))
+    # The second stage's 4 are the ones after the warm-up's 8 in the same stream, none of them again.
+    drawn = build_demonstrations(task_of(seen), tokenizer, seen, first=8)
+    assert drawn == build_demonstrations(task_of(seen), tokenizer, twelve)[8:]

@@ -60,10 +60,11 @@ class RankProbe:
 
 
 class PeriodicEval:
-    """Greedy held-out accuracy every `eval.every` GRPO steps, logged through the trainer.
+    """Greedy held-out accuracy every `eval.every` steps of a stage (sft or grpo), logged through the trainer.
 
     The numbers go where every other metric goes (metrics.jsonl, TensorBoard, `report_to`), and each
-    eval's completions are kept in `evals/step_<N>.json`, the same prompts every time.
+    eval's completions are kept in `evals/step_<N>.json`, the same prompts every time. Not at a step after
+    which the stage stops (its last, a time budget, a signal): the stage's own evaluation follows.
     """
 
     def __init__(
@@ -106,10 +107,66 @@ class PeriodicEval:
         class _Callback(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):
                 step = state.global_step
-                if step % outer.recipe.eval.every == 0 and step < state.max_steps:
+                stopping = control.should_training_stop or step >= state.max_steps
+                if step % outer.recipe.eval.every == 0 and not stopping:
                     outer.run(step)
 
         return _Callback()
+
+
+class TimeBudget:
+    """Stops a stage after the step during which its training time reached `minutes` (a stage's `max_minutes`).
+
+    Training time is the time from each step's start to its end, summed: rollouts, the loss and the
+    optimizer step, not the evaluations or checkpoint saves between steps. The callback must come before
+    PeriodicEval's, so that a step's evaluation runs after the budget has looked at that step. The clock
+    starts with the trainer, so a resumed stage's budget counts from the resume. With several processes the
+    ranks agree: the stage stops when any rank's budget ran out.
+    """
+
+    def __init__(self, stage: str, minutes: float) -> None:
+        self.stage, self.minutes = stage, minutes
+        self.seconds = 0.0  # training time so far
+        self.began: float | None = None
+        self.reached_at: int | None = None  # the step after which the budget stopped the stage
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _Callback(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                outer.began = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if outer.began is not None:
+                    outer.seconds += time.perf_counter() - outer.began
+                if outer.reached_at is None and _any_rank(outer.seconds >= 60 * outer.minutes, args.device):
+                    outer.reached_at = state.global_step
+                    control.should_training_stop = True
+                    if state.is_world_process_zero:
+                        log.info(
+                            "stage %s: time budget of %g min reached after step %d",
+                            outer.stage,
+                            outer.minutes,
+                            state.global_step,
+                        )
+
+        return _Callback()
+
+
+def _any_rank(flag: bool, device: Any) -> bool:
+    """`flag` on any process (several processes must stop at the same step, or they wait on each other)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    import torch
+
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def step_eval_name(stage: str, step: int) -> str:

@@ -21,15 +21,17 @@ from grpokit.tasks.base import Task, render_prompt, think_prefilled, tokenize_pr
 log = logging.getLogger(__name__)
 
 
-def build_demonstrations(task: Task, tokenizer: Any, recipe: Recipe) -> list[dict[str, list[int]]]:
+def build_demonstrations(task: Task, tokenizer: Any, recipe: Recipe, first: int = 0) -> list[dict[str, list[int]]]:
     """Tokenized demonstrations from the train split (never the held-out one): `input_ids` (prompt,
     demonstration, EOS) and `completion_mask` (1 on the demonstration and EOS, which the loss covers).
+    `first`: the index of the first one drawn (a later sft stage starts after the earlier stages' draws).
 
     Tokenized here rather than by TRL: its SFT adds special tokens to a text prompt, a second BOS in front
     of the one a Llama 3, Gemma or Mistral template writes. The prompt ids are the ones GRPO and evaluation
     see (`tokenize_prompts`), and the completion follows them as sampled tokens would.
     """
-    examples = [task.example("train", 1_000_000 + i) for i in range(recipe.cold_start.examples)]  # apart from GRPO's
+    count = recipe.cold_start.examples
+    examples = [task.example("train", 1_000_000 + i) for i in range(first, first + count)]  # apart from GRPO's
     kwargs, prefill = recipe.chat_template_kwargs, recipe.task.prefill
     texts = [render_prompt(tokenizer, task.messages(ex, recipe.task.system_prompt), kwargs, prefill) for ex in examples]
     prompts = tokenize_prompts(tokenizer, texts)
@@ -56,15 +58,18 @@ def opened_by_prompt(demonstration: str, prompt: str, tags: Tags = THINK_TAGS) -
     return demonstration
 
 
-def build_trainer(model: Any, tokenizer: Any, recipe: Recipe, out_dir: Path, callbacks: list | None = None) -> Any:
-    """An SFTTrainer for `model` (already wrapped with LoRA when the recipe asks for it) on demonstrations,
-    saving complete checkpoints into `out_dir` every output.save_every steps (a run resumes inside it)."""
+def build_trainer(
+    model: Any, tokenizer: Any, recipe: Recipe, out_dir: Path, callbacks: list | None = None, first_example: int = 0
+) -> Any:
+    """An SFTTrainer for `model` (already wrapped with LoRA when the recipe asks for it) on demonstrations
+    (from the `first_example`-th on), saving complete checkpoints into `out_dir` every output.save_every
+    steps (a run resumes inside it)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     cfg = recipe.cold_start
-    data = Dataset.from_list(build_demonstrations(task_of(recipe), tokenizer, recipe))
+    data = Dataset.from_list(build_demonstrations(task_of(recipe), tokenizer, recipe, first_example))
     args = SFTConfig(
         output_dir=str(out_dir),
         max_steps=cfg.steps,

@@ -327,7 +327,14 @@ class StageSection:
     on the recipe's held-out set. Unset fields take the recipe's own: `steps` is cold_start.steps (sft)
     or grpo.max_steps (grpo); `rewards`, `dynamic_sampling` and `curriculum` the top-level sections;
     `task_params` are laid over task.params (a later stage can raise the difficulty); `grpo` over the
-    grpo: section (temperature, num_generations, ...)."""
+    grpo: section (temperature, num_generations, ...).
+
+    `eval_every`: greedy held-out accuracy on the first eval.every_n problems every N steps of this stage
+    (0: none); unset, a grpo stage takes eval.every and an sft stage evaluates only at its end.
+    `max_minutes`: a time budget; the stage stops after the step during which its training time reached
+    it. Training time is the time inside training steps (rollouts, loss, optimizer step), not the stage's
+    evaluations or checkpoint saves, so the eval cadence does not eat the budget. A resumed stage's budget
+    counts from the resume. `steps` stays the upper bound and sets the learning-rate schedule."""
 
     name: str
     kind: str = "grpo"
@@ -340,6 +347,8 @@ class StageSection:
     batch_size: int | None = None  # sft: demonstrations per step
     dynamic_sampling: DynamicSamplingSection | None = None
     curriculum: CurriculumSection | None = None
+    eval_every: int | None = None
+    max_minutes: float | None = None
 
     def validate(self) -> None:
         if self.kind not in STAGE_KINDS:
@@ -352,6 +361,15 @@ class StageSection:
             raise RecipeError(f"stage {self.name!r}: steps={self.steps}; it must be >= 1")
         if self.learning_rate is not None and not self.learning_rate > 0:
             raise RecipeError(f"stage {self.name!r}: learning_rate={self.learning_rate}; it must be > 0")
+        if self.eval_every is not None and self.eval_every < 0:
+            raise RecipeError(
+                f"stage {self.name!r}: eval_every={self.eval_every}; use steps between evaluations >= 1, or 0 for none"
+            )
+        if self.max_minutes is not None and not 0 < self.max_minutes < float("inf"):
+            raise RecipeError(
+                f"stage {self.name!r}: max_minutes={self.max_minutes}; use a positive number of minutes "
+                "(e.g. max_minutes: 30), or leave it out for no time budget"
+            )
         if self.kind == "sft" and (self.rewards or self.grpo or self.dynamic_sampling or self.curriculum):
             raise RecipeError(
                 f"stage {self.name!r} is an sft stage: rewards, grpo, dynamic_sampling and "
@@ -426,8 +444,12 @@ def plan_stages(recipe: Recipe) -> list[StageSection]:
 
 
 def stage_recipe(recipe: Recipe, stage: StageSection) -> Recipe:
-    """The recipe as one stage sees it: its rewards, task parameters, steps and learning rate in place."""
+    """The recipe as one stage sees it: its rewards, task parameters, steps, learning rate and evaluation
+    cadence (`eval.every`) in place."""
     task = dataclasses.replace(recipe.task, params={**recipe.task.params, **stage.task_params})
+    default_every = recipe.eval.every if stage.kind == "grpo" else 0  # sft stages evaluate only when asked
+    every = default_every if stage.eval_every is None else stage.eval_every
+    recipe = dataclasses.replace(recipe, eval=dataclasses.replace(recipe.eval, every=every))
     if stage.kind == "sft":
         cold = dataclasses.replace(
             recipe.cold_start,
@@ -522,9 +544,6 @@ def validate_recipe(recipe: Recipe) -> None:
         stage.validate()
     if recipe.stages and recipe.cold_start.enabled:
         raise RecipeError("cold_start.enabled and stages: both: make the cold start an sft stage in stages:")
-    kinds = [stage.kind for stage in plan_stages(recipe)]
-    if "grpo" not in kinds:
-        raise RecipeError(f"the recipe's stages ({', '.join(names)}) have no grpo stage; add one")
     for stage in plan_stages(recipe):
         try:
             _validate_stage(stage_recipe(recipe, stage), stage.kind)

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from grpokit import cold_start, console, disk, launch, report, runs
-from grpokit.callbacks import MetricsLog
+from grpokit.callbacks import MetricsLog, PeriodicEval, TimeBudget
 from grpokit.checkpoints import (
     StopOnSignal,
     TrainingInterrupted,
@@ -157,23 +157,38 @@ def run_stage(
     checkpoint: Path | None,
     callbacks: Sequence[Any] = (),
 ) -> tuple[Any, Any]:
-    """Train one stage on `model` (from `checkpoint` when resuming inside it); return the model and trainer."""
+    """Train one stage on `model` (from `checkpoint` when resuming inside it); return the model and trainer.
+
+    A stage's `max_minutes` stops it early (callbacks.TimeBudget; a resumed stage's budget counts from the
+    resume); its `eval_every` (or eval.every for grpo stages) evaluates it every N steps."""
     from grpokit.grpo_stage import build_trainer
 
     seen = stage_recipe(recipe, stage)
     metrics.stage, metrics.health = stage.name, None
     stop = StopOnSignal()
     shown = console.callbacks(stage.name)  # the stage's progress line, when a console is set up
+    # Before the periodic evaluation's callback, which the trainers add last: see TimeBudget.
+    budget = [TimeBudget(stage.name, stage.max_minutes).callback()] if stage.max_minutes else []
     if stage.kind == "sft":
         trainer = cold_start.build_trainer(
-            model, tokenizer, seen, run_dir / stage.name, [metrics.callback(), stop.callback(), *shown]
+            model,
+            tokenizer,
+            seen,
+            run_dir / stage.name,
+            [*budget, metrics.callback(), stop.callback(), *shown],
+            first_example=demonstrations_before(recipe, stage),
         )
+        if seen.eval.every and launch.is_main():
+            task = cold_start.task_of(seen)
+            periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: seen.eval.every_n], seen, run_dir, stage.name)
+            trainer.add_callback(periodic.callback())
     else:
         trainer = build_trainer(
-            stage.name, model, tokenizer, seen, run_dir, eval_set, metrics, stop, [*shown, *callbacks]
+            stage.name, model, tokenizer, seen, run_dir, eval_set, metrics, stop, [*budget, *shown, *callbacks]
         )
     console.adopt(trainer)
-    log.info("stage %s (%s): %d steps", stage.name, stage.kind, trainer.args.max_steps)
+    budget_note = f", at most {stage.max_minutes:g} min of training" if stage.max_minutes else ""
+    log.info("stage %s (%s): %d steps%s", stage.name, stage.kind, trainer.args.max_steps, budget_note)
     if checkpoint is not None and checkpoint_step(checkpoint) >= trainer.args.max_steps:
         # Stopped after its last step, before its evaluation: the checkpoint is the stage's result
         # (transformers would train one step more).
@@ -190,6 +205,18 @@ def run_stage(
     if hasattr(model, "peft_config") and "ref" in model.peft_config:
         model.delete_adapter("ref")  # TRL's frozen copy for the KL term; the next stage makes its own
     return model, trainer
+
+
+def demonstrations_before(recipe: Recipe, stage: StageSection) -> int:
+    """How many demonstrations the sft stages before `stage` drew: each sft stage draws the ones after
+    them, so a second sft stage trains on fresh examples rather than the first one's again."""
+    drawn = 0
+    for earlier in plan_stages(recipe):
+        if earlier.name == stage.name:
+            return drawn
+        if earlier.kind == "sft":
+            drawn += stage_recipe(recipe, earlier).cold_start.examples
+    return drawn
 
 
 def stage_record(
