@@ -1,54 +1,215 @@
-"""`make bench-skill`: held-out greedy accuracy against wall time for the default recipe, stage by stage.
+"""`make bench-skill`: held-out greedy accuracy against training time for the default recipe, and an
+SFT-only control given the same time.
 
 Trains recipes/smollm2/arithmetic_grpo.yaml with a greedy eval on the full 200 held-out problems every
-`--every` GRPO steps (eval time is in the wall clock, as a user sees it), or reads a finished run with
-`--run RUN_DIR`; prints the curve, the first time 80% / 90% / 95% is reached and what the GRPO stages
-added, and draws bench/out/time_to_skill.png. Times are each stage's own (train + eval) minutes from
-stages.json laid end to end, so a run that was stopped and resumed is not charged for the pause.
+`--every` GRPO steps, or reads a finished run with `--run RUN_DIR`. Then (unless `--no-control`) trains
+the control, or reads a finished one with `--control-run DIR`: the same recipe with its GRPO stages
+replaced by one sft stage, `sft_more`, on fresh demonstrations (the warm-up's batch size and learning
+rate), whose `max_minutes` is the GRPO stages' training time and which is evaluated every `--every` of
+its steps. Prints each curve, the first time 80% / 90% / 95% is reached and which method won after the
+same minutes past the warm-up; draws bench/out/time_to_skill.png and writes bench/out/time_to_skill.json.
+
+Time is training time: the `train_seconds` of each stage's last logged row (the steps' own time summed,
+grpokit.callbacks.MetricsLog), laid end to end. Evaluations and checkpoint saves between steps are left
+out, so two runs that evaluate at different rates compare (an SFT step is shorter than a GRPO step, so at
+the same step cadence the control evaluates more often); so is the time between stages (the stage-end
+evaluation, saving, building the next trainer). A stage's `max_minutes` budget counts the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / "arithmetic_grpo.yaml"
+OUT = Path(__file__).resolve().parent / "out"
 BARS = (0.8, 0.9, 0.95)
+CONTROL_STAGE = "sft_more"
+# 400 batches of 16: the budget ends the stage long before they are all seen (a warm-up SFT step took
+# about 30 s on the 2-core machine of bench/RESULTS.md), so no demonstration is trained on twice. The steps
+# only bound the stage (and keep the warm-up's constant learning rate constant).
+CONTROL_EXAMPLES = 6400
+CONTROL_STEPS = 10_000
+LABELS = {"grpo": "GRPO (default recipe)", "sft": "SFT only (same wall time)"}
+
+Point = tuple[float, str, float, int]  # (training minutes, label, accuracy, problems)
 
 
-def curve(run_dir: Path) -> tuple[list[tuple[float, str, float]], list[tuple[float, str]]]:
-    """[(minutes, label, accuracy)] and the stage boundaries [(minutes, stage)] of a finished run."""
-    records = json.loads((run_dir / "stages.json").read_text())
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def curve(run_dir: Path) -> tuple[list[Point], list[tuple[float, str]]]:
+    """[(training minutes, label, accuracy, n)] and the stage ends [(training minutes, stage)] of a run."""
     from grpokit.callbacks import step_eval_name
 
+    records = json.loads((run_dir / "stages.json").read_text())
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     points, bounds, clock = [], [], 0.0
     for record in records:
         name = record["name"]
-        stage_rows = [r for r in rows if r.get("stage") == name]
-        if record["kind"] == "grpo" and stage_rows:
-            first = stage_rows[0]
-            begun = first["time"] - first.get("step_time", 0.0)
-            for r in stage_rows:
-                if "eval/accuracy" in r:
-                    saved = run_dir / "evals" / step_eval_name(name, r["step"])
-                    n = json.loads(saved.read_text())["n"] if saved.is_file() else "?"
-                    label = f"{name} step {r['step']} (n={n})"
-                    points.append((clock + (r["time"] - begun) / 60, label, r["eval/accuracy"]))
-        clock += record["minutes"] + record.get("eval_minutes", 0.0)
-        points.append((clock, name, record["accuracy"]))
+        if record["kind"] == "eval":
+            points.append((clock, name, record["accuracy"], record["n"]))
+            continue
+        timed = [r for r in rows if r.get("stage") == name and "train_seconds" in r]
+        offset, last = 0.0, 0.0
+        for r in timed:
+            if r["train_seconds"] < last:  # a resume restarted the stage's clock: add up the parts
+                offset += last
+            last = r["train_seconds"]
+            if "eval/accuracy" in r:
+                saved = run_dir / "evals" / step_eval_name(name, r["step"])
+                n = json.loads(saved.read_text())["n"] if saved.is_file() else 0
+                minutes = clock + (offset + last) / 60
+                points.append((minutes, f"{name} step {r['step']}", r["eval/accuracy"], n))
+        # Runs older than train_seconds: the stage's minutes as train.py measured them, evaluations included.
+        clock += (offset + last) / 60 if timed else record["minutes"]
+        points.append((clock, name, record["accuracy"], record["n"]))
         bounds.append((clock, name))
     return points, bounds
 
 
-def main() -> int:
+def warmup_end(run_dir: Path) -> tuple[str | None, float]:
+    """The last stage before the first GRPO stage (None: there is none) and where it ended, in minutes."""
+    records = json.loads((run_dir / "stages.json").read_text())
+    first = next((i for i, r in enumerate(records) if r["kind"] == "grpo"), len(records))
+    name = records[first - 1]["name"] if first > 1 else None
+    return name, dict((stage, m) for m, stage in curve(run_dir)[1]).get(name, 0.0)
+
+
+def grpo_minutes(run_dir: Path) -> float:
+    """Training minutes of the run's GRPO stages (and whatever follows the first of them)."""
+    _, start = warmup_end(run_dir)
+    return curve(run_dir)[1][-1][0] - start
+
+
+def control_recipe(raw: dict[str, Any], minutes: float, every: int) -> dict[str, Any]:
+    """`raw` (a recipe as a dict) with its stages from the first GRPO one on replaced by `sft_more`: the
+    warm-up's settings, fresh demonstrations, at most `minutes` of training, an eval every `every` steps."""
+    raw = json.loads(json.dumps(raw))
+    stages = raw.get("stages") or []
+    first = next((i for i, stage in enumerate(stages) if stage.get("kind", "grpo") == "grpo"), None)
+    if first is None:
+        raise SystemExit("the control replaces the recipe's GRPO stages, and this recipe lists none in stages:")
+    template = next((stage for stage in reversed(stages[:first]) if stage.get("kind") == "sft"), {})
+    control = {
+        **json.loads(json.dumps(template)),  # its own copies: YAML would write the shared ones as anchors
+        "name": CONTROL_STAGE,
+        "kind": "sft",
+        "steps": CONTROL_STEPS,
+        "examples": CONTROL_EXAMPLES,
+        "eval_every": every,
+        "max_minutes": round(minutes, 3),
+    }
+    raw["stages"] = [*stages[:first], control]
+    output = raw.setdefault("output", {})
+    output["name"] = f"{output.get('name') or 'run'}_sft_control"
+    return raw
+
+
+def train_control(run_dir: Path, every: int) -> Path:
+    """Train the control of the finished run `run_dir`; its recipe is kept in bench/out."""
+    from grpokit import train
+    from grpokit.config import load_recipe
+
+    raw = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    minutes = grpo_minutes(run_dir)
+    path = OUT / "time_to_skill_control.yaml"
+    header = f"# SFT-only control of {run_dir}: its GRPO stages' {minutes:.2f} training minutes as an sft stage\n"
+    path.write_text(header + yaml.safe_dump(control_recipe(raw, minutes, every), sort_keys=False))
+    print(f"control: {path}, {minutes:.1f} minutes of SFT")
+    return train.main(load_recipe(path))
+
+
+def compare(run_dir: Path, control_dir: Path) -> dict[str, Any]:
+    """GRPO's accuracy at the end of its stages against the control's after the same training minutes."""
+    warmup, start = warmup_end(run_dir)
+    control_ends = {stage: m for m, stage in curve(control_dir)[1]}
+    control_start = control_ends.get(warmup, 0.0) if warmup else 0.0  # its warm-up is the stage of that name
+    grpo_points, sft_points = curve(run_dir)[0], curve(control_dir)[0]
+    (_, _, grpo, n1), (_, _, sft, n2) = grpo_points[-1], sft_points[-1]
+    noise = 2 * math.sqrt(grpo * (1 - grpo) / n1 + sft * (1 - sft) / n2)  # two standard errors of the difference
+    difference = grpo - sft
+    winner = "GRPO" if difference > noise else "SFT" if -difference > noise else None
+    minutes = grpo_points[-1][0] - start
+    n = str(n1) if n1 == n2 else f"{n1}/{n2}"
+    verdict = (
+        f"after the same {minutes:.1f} minutes past the warm-up: GRPO {100 * grpo:.1f}% vs SFT {100 * sft:.1f}% "
+        f"(n={n}): "
+        + (f"{winner} wins by {100 * abs(difference):.1f} points" if winner else "neither wins")
+        + f" (two standard errors: {100 * noise:.1f} points)"
+    )
+    return {
+        "run": str(run_dir),
+        "control_run": str(control_dir),
+        "warmup": warmup,
+        "minutes_past_warmup": {"grpo": round(minutes, 2), "sft": round(sft_points[-1][0] - control_start, 2)},
+        "accuracy": {"grpo": grpo, "sft": sft},
+        "n": {"grpo": n1, "sft": n2},
+        "difference": difference,
+        "noise": noise,
+        "winner": winner,
+        "verdict": verdict,
+        "curves": {"grpo": grpo_points, "sft": sft_points},
+    }
+
+
+def print_curve(title: str, points: list[Point]) -> None:
+    print(f"\n{title}\n{'when':<26} {'train min':>9} {'accuracy':>8}   n")
+    for minutes, label, accuracy, n in points:
+        print(f"{label:<26} {minutes:>9.1f} {100 * accuracy:>7.1f}%   {n}")
+
+
+def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    shown = set()  # stages both runs share (before, the warm-up) are labelled once
+    for (key, points), marker in zip(curves.items(), ("o", "s"), strict=False):
+        line = ax.plot([p[0] for p in points], [100 * p[2] for p in points], marker=marker, label=LABELS[key])
+        for minutes, name, accuracy, _ in points:
+            if " step " not in name and name not in shown:
+                shown.add(name)
+                ax.annotate(
+                    f"{name} {100 * accuracy:.1f}%",
+                    (minutes, 100 * accuracy),
+                    fontsize=8,
+                    color=line[0].get_color(),
+                    xytext=(-10, 8 if key == "grpo" else -14),
+                    textcoords="offset points",
+                    ha="right",
+                )
+    if warmup_at is not None:
+        ax.axvline(warmup_at, color="lightgrey", linewidth=1)
+    for bar in BARS:
+        ax.axhline(100 * bar, color="grey", linestyle="--", linewidth=0.8)
+    ax.set(
+        title=f"Held-out greedy accuracy ({curves['grpo'][-1][3]} problems) vs training time",
+        xlabel="minutes of training (evaluations left out)",
+        ylabel="%",
+        ylim=(0, 102),
+    )
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", type=Path, help="a finished run directory to read instead of training")
-    parser.add_argument("--every", type=int, default=10, help="eval every N GRPO steps")
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    parser.add_argument("--run", type=Path, help="a finished default run to read instead of training it")
+    parser.add_argument("--every", type=int, default=10, help="eval every N steps (GRPO's, and the control's)")
+    parser.add_argument("--control", action=argparse.BooleanOptionalAction, default=True, help="the SFT control")
+    parser.add_argument("--control-run", type=Path, help="a finished control run to read instead of training it")
+    parser.add_argument("overrides", nargs="*", help="recipe overrides for the default run (key.sub=value)")
+    args = parser.parse_args(argv)
+    OUT.mkdir(exist_ok=True)
 
     run_dir = args.run
     if run_dir is None:
@@ -57,51 +218,30 @@ def main() -> int:
 
         overrides = [f"eval.every={args.every}", "eval.every_n=200", *args.overrides]
         run_dir = train.main(load_recipe(RECIPE, overrides))
-    points, bounds = curve(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-
-    print(f"\nrun: {run_dir}\n{'when':<24} {'wall min':>8} {'accuracy':>8}")
-    for minutes, label, accuracy in points:
-        print(f"{label:<24} {minutes:>8.1f} {100 * accuracy:>7.1f}%")
+    points, _ = curve(run_dir)
+    warmup, warmup_at = warmup_end(run_dir)
+    print_curve(f"run: {run_dir}", points)
     for bar in BARS:
-        first = next(((m, label) for m, label, a in points if a >= bar), None)
+        first = next(((m, label) for m, label, a, _ in points if a >= bar), None)
         print(f"first >= {bar:.0%}: " + (f"{first[0]:.1f} min ({first[1]})" if first else "not reached"))
+    summary = json.loads((run_dir / "summary.json").read_text())
     if summary.get("grpo_gain") is not None:
         print(f"GRPO added {100 * summary['grpo_gain']:+.1f} points over the evaluation before it")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    ax.plot([m for m, _, _ in points], [100 * a for _, _, a in points], marker="o")
-    for minutes, name, accuracy in points:
-        if " step " not in name:
-            ax.annotate(
-                f"{name} {100 * accuracy:.1f}%",
-                (minutes, 100 * accuracy),
-                fontsize=8,
-                xytext=(-10, 8),
-                textcoords="offset points",
-                ha="right",
-            )
-    for minutes, _ in bounds[:-1]:
-        ax.axvline(minutes, color="lightgrey", linewidth=1)
-    for bar in BARS:
-        ax.axhline(100 * bar, color="grey", linestyle="--", linewidth=0.8)
-    ax.set(
-        title="Default recipe: held-out greedy accuracy (200 problems) vs wall time",
-        xlabel="minutes",
-        ylabel="%",
-        ylim=(0, 102),
-    )
-    ax.grid(alpha=0.3)
-    out = Path(__file__).resolve().parent / "out"
-    out.mkdir(exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out / "time_to_skill.png", dpi=110)
-    print(f"picture: {out / 'time_to_skill.png'}")
+    control_dir = args.control_run
+    if control_dir is None and args.control:
+        every = (yaml.safe_load((run_dir / "recipe.yaml").read_text()).get("eval") or {}).get("every", args.every)
+        control_dir = train_control(run_dir, every)
+    comparison = compare(run_dir, control_dir) if control_dir is not None else None
+    curves = {"grpo": points}
+    if comparison is not None:
+        curves["sft"] = comparison["curves"]["sft"]
+        print_curve(f"control: {control_dir}", curves["sft"])
+        print(f"\n{comparison['verdict']}")
+    draw(curves, warmup_at if warmup else None, OUT / "time_to_skill.png")
+    result = {"run": str(run_dir), "points": points, "comparison": comparison}
+    (OUT / "time_to_skill.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"picture: {OUT / 'time_to_skill.png'}, numbers: {OUT / 'time_to_skill.json'}")
     return 0
 
 

@@ -137,7 +137,7 @@ def test_a_time_budget_stops_sft_and_grpo_stages_after_the_step_it_ran_out(tiny_
     assert not any("eval/accuracy" in r for r in rows)
 
 
-def test_the_budget_counts_training_steps_not_the_evaluations_between_them(monkeypatch):
+def test_the_budget_counts_training_steps_not_the_evaluations_between_them(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from transformers import TrainerControl
@@ -146,18 +146,25 @@ def test_the_budget_counts_training_steps_not_the_evaluations_between_them(monke
 
     now = [0.0]
     monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
-    budget = callbacks.TimeBudget("grpo", minutes=1.0)
-    hooks, control = budget.callback(), TrainerControl()
-    args, state = SimpleNamespace(device="cpu"), SimpleNamespace(global_step=0, is_world_process_zero=True)
+    budget, metrics = callbacks.TimeBudget("grpo", minutes=1.0), callbacks.MetricsLog(tmp_path / "metrics.jsonl")
+    hooks, control = [budget.callback(), metrics.callback()], TrainerControl()
+    args = SimpleNamespace(device="cpu")
+    state = SimpleNamespace(global_step=0, max_steps=5, is_world_process_zero=True)
+    hooks[1].on_train_begin(args, state, control)
     for step in range(1, 6):
-        hooks.on_step_begin(args, state, control)
+        for hook in hooks:
+            hook.on_step_begin(args, state, control)
         now[0] += 25.0  # a 25 s step
         state.global_step = step
-        hooks.on_step_end(args, state, control)
+        for hook in hooks:
+            hook.on_step_end(args, state, control)
+        hooks[1].on_log(args, state, control, logs={"loss": 1.0})
         if control.should_training_stop:
             break
         now[0] += 100.0  # an evaluation between steps: wall time would pass the budget after step 2
     assert (budget.reached_at, state.global_step, budget.seconds) == (3, 3, 75.0)
+    # metrics.jsonl logs the same clock, which bench/time_to_skill.py draws against.
+    assert [json.loads(line)["train_seconds"] for line in (tmp_path / "metrics.jsonl").open()] == [25, 50, 75]
 
 
 def test_an_sft_stage_evaluates_every_n_steps_only_when_its_eval_every_asks(tiny_model_dir, tmp_path):
@@ -168,8 +175,11 @@ def test_an_sft_stage_evaluates_every_n_steps_only_when_its_eval_every_asks(tiny
         {"name": "more", "kind": "sft", "steps": 3, "eval_every": 1},
     ]
     run_dir = train.main(build_recipe(raw))
-    evals = [(r["stage"], r["step"]) for r in rows_of(run_dir) if "eval/accuracy" in r]
+    rows = rows_of(run_dir)
+    evals = [(r["stage"], r["step"]) for r in rows if "eval/accuracy" in r]
     assert evals == [("more", 1), ("more", 2)]  # the last step is the stage's own evaluation
+    clock = [r["train_seconds"] for r in rows if r["stage"] == "more"]
+    assert clock[0] > 0 and clock == sorted(clock)  # the stage's own training clock, from 0 at its start
     assert sorted(p.name for p in (run_dir / "evals").iterdir()) == ["more-step_00001.json", "more-step_00002.json"]
     assert json.loads((run_dir / "evals" / "more-step_00002.json").read_text())["n"] == 2
     summary = json.loads((run_dir / "summary.json").read_text())

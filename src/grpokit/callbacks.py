@@ -176,7 +176,12 @@ def step_eval_name(stage: str, step: int) -> str:
 
 
 class MetricsLog:
-    """Appends every trainer log (cold start and GRPO) to metrics.jsonl and prints a progress line."""
+    """Appends every trainer log (sft and GRPO stages) to metrics.jsonl and prints a progress line.
+
+    Each row carries `train_seconds`: the stage's training time so far, the steps' own time summed as
+    TimeBudget sums it (evaluations and checkpoint saves between steps left out; from the resume in a
+    resumed stage), so runs that evaluate at different rates share a time axis.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -191,6 +196,15 @@ class MetricsLog:
         class _Callback(TrainerCallback):
             def on_train_begin(self, args, state, control, **kwargs):
                 self.t0 = time.perf_counter()
+                self.train_seconds, self.began = 0.0, None
+
+            # Before PeriodicEval's callback, like TimeBudget's: a step's evaluation is not its time.
+            def on_step_begin(self, args, state, control, **kwargs):
+                self.began = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if self.began is not None:
+                    self.train_seconds += time.perf_counter() - self.began
 
             def on_log(self, args, state, control, logs=None, **kwargs):
                 if not logs or not state.is_world_process_zero:
@@ -199,6 +213,7 @@ class MetricsLog:
                     "stage": outer.stage,
                     "step": state.global_step,
                     "time": round(time.time(), 3),
+                    "train_seconds": round(self.train_seconds, 3),
                     **{k: (v if math.isfinite(v) else str(v)) for k, v in logs.items() if isinstance(v, int | float)},
                 }
                 with outer.path.open("a", encoding="utf-8") as f:
