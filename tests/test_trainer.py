@@ -89,9 +89,9 @@ def _format_reward(prompts, completions, **kwargs):
     return [float("<answer>" in c) for c in completions]
 
 
-def _trainer(tiny_model_dir, tmp_path, model=None, **grpo):
-    """A GrpoTrainer on the tiny model, or `model` with its tokenizer (full fine-tune), with `grpo` keys on
-    top of the tiny recipe."""
+def _trainer(tiny_model_dir, tmp_path, model=None, reward_funcs=None, **grpo):
+    """A GrpoTrainer on the tiny model, or `model` with its tokenizer (full fine-tune), scored by
+    `reward_funcs` (default: the format reward), with `grpo` keys on top of the tiny recipe."""
     from grpokit import train
     from grpokit.models import load_model
     from grpokit.tasks import build_task
@@ -103,7 +103,7 @@ def _trainer(tiny_model_dir, tmp_path, model=None, **grpo):
     loaded, tokenizer = load_model(recipe.model.name)
     return GrpoTrainer(
         model=loaded if model is None else model,
-        reward_funcs=[_format_reward],
+        reward_funcs=reward_funcs or [_format_reward],
         args=build_grpo_config(recipe, tmp_path / "grpo"),
         train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
         processing_class=tokenizer,
@@ -202,29 +202,20 @@ def test_the_rollout_copy_frees_its_weights_for_the_training_pass_and_samples_th
     from grpokit import train
     from grpokit.models import load_model
     from grpokit.rollout import RolloutCopy
-    from grpokit.tasks import build_task
-    from grpokit.trainer import GrpoTrainer
 
     def run(out, release: bool):
         if not release:
             monkeypatch.setattr(RolloutCopy, "release", lambda self: None)
         recipe = build_recipe(tiny_recipe(tiny_model_dir, out, rewards=[{"name": "format"}]))
         transformers.set_seed(0)
-        model, tokenizer = load_model(recipe.model.name)
-        model = train.attach_lora(model, recipe)
+        model, _ = load_model(recipe.model.name)
         drawn, held = [], []
 
         def by_length(prompts, completions, **kwargs):  # rewards that differ within groups: rows train
             drawn.extend(completions)
             return [float(len(c) % 3) for c in completions]
 
-        trainer = GrpoTrainer(
-            model=model,
-            reward_funcs=[by_length],
-            processing_class=tokenizer,
-            args=build_grpo_config(recipe, out / "grpo"),
-            train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
-        )
+        trainer = _trainer(tiny_model_dir, out, model=train.attach_lora(model, recipe), reward_funcs=[by_length])
         compute_loss = trainer.compute_loss
 
         def spy(*args, **kwargs):

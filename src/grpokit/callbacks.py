@@ -114,6 +114,23 @@ class PeriodicEval:
         return _Callback()
 
 
+class StepClock:
+    """Training time: each step's start to its end, summed, so evaluations and checkpoint saves between steps
+    are left out. TimeBudget stops on it and MetricsLog logs it, so both count the same time."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._began: float | None = None
+
+    def begin(self) -> None:
+        self._began = time.perf_counter()
+
+    def end(self) -> None:
+        if self._began is not None:
+            self.seconds += time.perf_counter() - self._began
+            self._began = None
+
+
 class TimeBudget:
     """Stops a stage after the step during which its training time reached `minutes` (a stage's `max_minutes`).
 
@@ -126,9 +143,13 @@ class TimeBudget:
 
     def __init__(self, stage: str, minutes: float) -> None:
         self.stage, self.minutes = stage, minutes
-        self.seconds = 0.0  # training time so far
-        self.began: float | None = None
+        self.clock = StepClock()
         self.reached_at: int | None = None  # the step after which the budget stopped the stage
+
+    @property
+    def seconds(self) -> float:
+        """Training time so far."""
+        return self.clock.seconds
 
     def callback(self) -> Any:
         from transformers import TrainerCallback
@@ -137,11 +158,10 @@ class TimeBudget:
 
         class _Callback(TrainerCallback):
             def on_step_begin(self, args, state, control, **kwargs):
-                outer.began = time.perf_counter()
+                outer.clock.begin()
 
             def on_step_end(self, args, state, control, **kwargs):
-                if outer.began is not None:
-                    outer.seconds += time.perf_counter() - outer.began
+                outer.clock.end()
                 if outer.reached_at is None and _any_rank(outer.seconds >= 60 * outer.minutes, args.device):
                     outer.reached_at = state.global_step
                     control.should_training_stop = True
@@ -196,15 +216,14 @@ class MetricsLog:
         class _Callback(TrainerCallback):
             def on_train_begin(self, args, state, control, **kwargs):
                 self.t0 = time.perf_counter()
-                self.train_seconds, self.began = 0.0, None
+                self.clock = StepClock()
 
             # Before PeriodicEval's callback, like TimeBudget's: a step's evaluation is not its time.
             def on_step_begin(self, args, state, control, **kwargs):
-                self.began = time.perf_counter()
+                self.clock.begin()
 
             def on_step_end(self, args, state, control, **kwargs):
-                if self.began is not None:
-                    self.train_seconds += time.perf_counter() - self.began
+                self.clock.end()
 
             def on_log(self, args, state, control, logs=None, **kwargs):
                 if not logs or not state.is_world_process_zero:
@@ -213,7 +232,7 @@ class MetricsLog:
                     "stage": outer.stage,
                     "step": state.global_step,
                     "time": round(time.time(), 3),
-                    "train_seconds": round(self.train_seconds, 3),
+                    "train_seconds": round(self.clock.seconds, 3),
                     **{k: (v if math.isfinite(v) else str(v)) for k, v in logs.items() if isinstance(v, int | float)},
                 }
                 with outer.path.open("a", encoding="utf-8") as f:
