@@ -72,6 +72,16 @@ def test_agreeing_because_right_is_not_a_collapse():
     assert "entropy_collapse" in feed(HealthMonitor(window=3), [{**sure, "rewards/correctness/mean": 0.6}] * 6)
 
 
+def test_small_groups_agreeing_as_often_as_chance_is_not_a_collapse():
+    # Groups of 4 at 85% success agree 52% of the time with every completion drawn independently.
+    agree = {**HEALTHY, "entropy": 0.04, "frac_reward_zero_std": 0.55, "rewards/correctness/mean": 0.85}
+    assert "entropy_collapse" not in feed(HealthMonitor(window=3, group_size=4), [agree] * 6)
+    assert "entropy_collapse" in feed(HealthMonitor(window=3, group_size=8), [agree] * 6)  # chance: 27%
+    # Far above chance, small groups still warn: 50% success, 12.5% chance agreement, 80% seen.
+    stuck = {**agree, "frac_reward_zero_std": 0.8, "rewards/correctness/mean": 0.5}
+    assert "entropy_collapse" in feed(HealthMonitor(window=3, group_size=4), [stuck] * 6)
+
+
 def test_at_most_once_per_condition_per_window_then_a_short_note():
     bad = {**HEALTHY, "entropy": 0.0, "frac_reward_zero_std": 0.6}
     monitor = HealthMonitor(window=4)

@@ -52,7 +52,10 @@ def build_trainer(
     args = build_grpo_config(recipe, run_dir / stage)
     if launch.is_main():
         metrics.health = HealthMonitor(
-            window=5, max_completion_length=args.max_completion_length, path=run_dir / "warnings.jsonl"
+            window=5,
+            max_completion_length=args.max_completion_length,
+            path=run_dir / "warnings.jsonl",
+            group_size=args.num_generations,
         )
     if hasattr(model, "peft_config") and "ref" in model.peft_config:
         model.delete_adapter("ref")  # an earlier stage's reference: TRL copies this stage's start as "ref"
