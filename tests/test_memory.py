@@ -7,7 +7,7 @@ import pytest
 
 SCENARIO = """
 import sys, torch
-from grpokit.memory import return_freed_memory
+from grpokit.memory import return_freed_memory, trim
 if sys.argv[1] == "fixed":
     assert return_freed_memory()
 def rss_mb():
@@ -16,6 +16,8 @@ base = rss_mb()
 t = torch.ones(4 << 20); del t  # a freed 16 MB block: glibc raises its mmap threshold past 8 MB
 blocks = [torch.ones(2 << 20) for _ in range(50)]  # 50 x 8 MB, as a step's activations
 last = blocks[-1]; del blocks  # one block still in use
+if sys.argv[1] == "trimmed":
+    assert trim()
 print(rss_mb() - base)
 """
 
@@ -28,3 +30,4 @@ def test_freed_tensors_do_not_stay_resident():
 
     assert held("default") > 300, "glibc's default keeps the freed 8 MB blocks (the problem this fixes)"
     assert held("fixed") < 100
+    assert held("trimmed") < 100, "malloc_trim hands back the free pages below the live block too"

@@ -235,3 +235,27 @@ def test_the_rollout_copy_frees_its_weights_for_the_training_pass_and_samples_th
     assert any(not torch.equal(w, torch.zeros_like(w)) for n, w in weights.items() if "lora_B" in n)
     for name, value in kept_weights.items():
         assert torch.equal(weights[name], value), name
+
+
+def test_the_heap_is_trimmed_between_a_steps_rollout_and_its_training_pass(tiny_model_dir, tmp_path, monkeypatch):
+    """Each phase's freed memory leaves before the next phase allocates (grpokit.memory.trim): after the
+    rollout, before the training pass, and after the training pass, before the next step's rollout."""
+    from grpokit import memory
+
+    events: list[str] = []
+    monkeypatch.setattr(memory, "trim", lambda: events.append("trim") or True)
+
+    def by_length(prompts, completions, **kwargs):
+        events.append("rollout")
+        return [float(len(c) % 3) for c in completions]
+
+    trainer = _trainer(tiny_model_dir, tmp_path, reward_funcs=[by_length])
+    compute_loss = trainer.compute_loss
+
+    def spy(*args, **kwargs):
+        events.append("loss")
+        return compute_loss(*args, **kwargs)
+
+    trainer.compute_loss = spy
+    trainer.train()
+    assert events == ["rollout", "trim", "loss", "trim"] * 2

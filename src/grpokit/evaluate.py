@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpokit import memory
 from grpokit.guarded import Guarded
 from grpokit.parsing import Tags, extract_answer, is_strict_format, normalize_completion
 from grpokit.rewards import DEFAULT_TIMEOUT_S
@@ -144,6 +145,8 @@ def _generate(
             elapsed / done * (len(prompts) - done),
             extra={"live": True},  # rewritten in place on a terminal
         )
+    del runner
+    memory.trim()  # the merged copy and the KV caches leave before training resumes
     return _Generations(completions, lengths, truncated, time.perf_counter() - start)
 
 

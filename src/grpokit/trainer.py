@@ -23,7 +23,7 @@ from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
-from grpokit import disk, prefix
+from grpokit import disk, memory, prefix
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, unsupported_settings, wants_copy
 from grpokit.schedules import AdaptiveWeights, Curriculum, extra_prompt_rows, fill_batch
@@ -119,6 +119,11 @@ class GrpoTrainer(GRPOTrainer):
             self.accelerator.backward(loss)
             done = done + loss.detach()
         return super().compute_loss(model, _select_rows(inputs, parts[-1])) + done
+
+    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        loss = super().training_step(*args, **kwargs)
+        memory.trim()  # the training pass's freed activations leave before the next rollout
+        return loss
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -297,6 +302,7 @@ class GrpoTrainer(GRPOTrainer):
             self._step_schedules(success)
         if self.rollout_copy is not None:
             self.rollout_copy.release()  # its weights' memory serves the training pass; the next rollout rewrites them
+        memory.trim()  # the rollout's freed caches leave before the training pass's activations arrive
         if not (self.skip_zero_advantage and training):
             return batch
         mask = keep_mask(batch)
