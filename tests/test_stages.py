@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from grpokit import train
 from grpokit.checkpoints import TrainingInterrupted
@@ -210,3 +211,37 @@ def test_a_later_sft_stage_draws_fresh_demonstrations(tiny_model_dir, tmp_path):
     # The second stage's 4 are the ones after the warm-up's 8 in the same stream, none of them again.
     drawn = build_demonstrations(task_of(seen), tokenizer, seen, first=8)
     assert drawn == build_demonstrations(task_of(seen), tokenizer, twelve)[8:]
+
+
+def test_sft_micro_batches_train_the_weights_of_whole_batches(tiny_model_dir, tmp_path):
+    """cold_start.micro_batch: the same demonstrations per optimizer step in smaller passes (gradient
+    accumulation, the loss normalised by the whole batch's tokens) give the whole batch's weights."""
+    import transformers
+
+    from grpokit import cold_start, train
+    from grpokit.models import load_model
+
+    def adapter(micro_batch):
+        raw = tiny_recipe(
+            tiny_model_dir, tmp_path, cold_start={"examples": 8, "batch_size": 4, "micro_batch": micro_batch}
+        )
+        recipe = build_recipe(raw)
+        transformers.set_seed(0)
+        model, tokenizer = load_model(recipe.model.name)
+        sft = cold_start.build_trainer(
+            train.attach_lora(model, recipe), tokenizer, recipe, tmp_path / f"sft{micro_batch}"
+        )
+        assert sft.args.per_device_train_batch_size * sft.args.gradient_accumulation_steps == 4
+        sft.train()
+        return {n: p.detach().clone() for n, p in sft.model.named_parameters() if "lora_" in n}
+
+    whole, micro = adapter(None), adapter(1)
+    assert any(not torch.equal(w, torch.zeros_like(w)) for n, w in whole.items() if "lora_B" in n), "it trained"
+    for name, value in whole.items():
+        torch.testing.assert_close(micro[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_micro_batch_that_does_not_divide_the_batch_is_refused(tiny_model_dir, tmp_path):
+    raw = tiny_recipe(tiny_model_dir, tmp_path, cold_start={"enabled": True, "batch_size": 4, "micro_batch": 3})
+    with pytest.raises(RecipeError, match=r"micro_batch=3 does not divide batch_size=4"):
+        build_recipe(raw)

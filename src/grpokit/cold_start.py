@@ -73,7 +73,8 @@ def build_trainer(
     args = SFTConfig(
         output_dir=str(out_dir),
         max_steps=cfg.steps,
-        per_device_train_batch_size=cfg.batch_size,
+        per_device_train_batch_size=cfg.micro_batch or cfg.batch_size,
+        gradient_accumulation_steps=cfg.batch_size // (cfg.micro_batch or cfg.batch_size),
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=min(3, cfg.steps),

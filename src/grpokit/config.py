@@ -168,11 +168,20 @@ class ColdStartSection:
     steps: int = 25
     batch_size: int = 16
     learning_rate: float = 5e-4
+    # Demonstrations per forward and backward pass (None: the whole batch). Gradient accumulation makes up
+    # batch_size with the same gradient (the loss is normalised by the whole batch's tokens), so only this
+    # many rows of full-vocabulary logits exist at once: they are most of an SFT step's memory.
+    micro_batch: int | None = None
 
     def validate(self) -> None:
         for key in ("examples", "steps", "batch_size"):
             if getattr(self, key) < 1:
                 raise RecipeError(f"cold_start.{key}={getattr(self, key)}; it must be >= 1")
+        if self.micro_batch is not None and (self.micro_batch < 1 or self.batch_size % self.micro_batch):
+            raise RecipeError(
+                f"cold_start.micro_batch={self.micro_batch} does not divide batch_size={self.batch_size}; "
+                "use a divisor of the batch size (or leave it out for whole batches)"
+            )
         if not self.learning_rate > 0:
             raise RecipeError(f"cold_start.learning_rate={self.learning_rate}; it must be > 0")
 

@@ -19,6 +19,7 @@ Run directory (one per run, never overwritten):
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from grpokit import cold_start, console, disk, launch, report, runs
+from grpokit import cold_start, console, disk, launch, memory, report, runs
 from grpokit.callbacks import MetricsLog, PeriodicEval, TimeBudget
 from grpokit.checkpoints import (
     StopOnSignal,
@@ -109,7 +110,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         last_done = next((stage for stage in reversed(plan) if stage.name in done), None)
         if last_done is not None and checkpoint is None:
             load_weights(model, run_dir / last_done.name, recipe)
-        trainer = None
+        grpo_state = None  # the last stage's TRL state, when it was a GRPO stage
         for stage in plan:
             if stage.name in done:
                 continue
@@ -118,6 +119,12 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
                 stage, model, tokenizer, recipe, run_dir, eval_set, metrics, checkpoint, callbacks
             )
             checkpoint, minutes = None, (time.perf_counter() - t0) / 60
+            grpo_state = trainer.state if hasattr(trainer, "reward_funcs") else None
+            # The finished stage's trainer (optimizer, buffers, callbacks that point back at it) goes before
+            # the evaluation and the next stage build theirs.
+            del trainer
+            gc.collect()
+            memory.trim()
             if not main_rank:
                 continue
             save_model(model, tokenizer, run_dir / stage.name, recipe)
@@ -126,8 +133,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             save_records(run_dir, records)
         if not main_rank:
             return run_dir
-        if trainer is not None and hasattr(trainer, "reward_funcs"):
-            trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
+        if grpo_state is not None:
+            grpo_state.save_to_json(str(run_dir / "trainer_state.json"))
         save_model(model, tokenizer, run_dir, recipe)
         final = run_dir / f"eval_{plan[-1].name}.json"
         (run_dir / "eval_after.json").write_text(final.read_text(encoding="utf-8"), encoding="utf-8")
