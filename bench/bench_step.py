@@ -3,8 +3,9 @@
 Two workloads, the same for every contender within one:
 
 - `--workload recipe` (the headline, what a run really does): the default recipe's GRPO step on the
-  model as its warm-up leaves it: the recipe's prompts (4 per step x 8 completions), its sampling
-  (T=1, at most 64 tokens, natural lengths), its rewards and its LoRA adapter. The warm-up is trained
+  model as its warm-up leaves it: the recipe's prompts, its sampling
+  (T=1, at most 64 tokens, natural lengths), its rewards and its LoRA adapter; every contender gets the
+  recipe's prompts per step and group size (8 x 4 in the default recipe). The warm-up is trained
   once by the recipe's own sft stage and cached in `<out>/warm-model` (or `--warm ADAPTER_DIR`, a run's
   saved warm-up adapter). Every contender starts from that model with a fresh LoRA adapter (B = 0, so
   the policy is the warm-up model). grpokit runs as the recipe configures it (dynamic sampling, row
@@ -68,6 +69,12 @@ class Workload:
     lora: bool = False
     rewards: list[tuple[str, float]] = field(default_factory=lambda: [("format", 1.0), ("correctness", 1.0)])
     task_params: dict[str, Any] = field(default_factory=dict)
+    prompts: int = PROMPTS  # per step
+    generations: int = GENERATIONS  # per prompt
+
+    @property
+    def rows(self) -> int:
+        return self.prompts * self.generations
 
 
 def recipe_workload(out: Path, warm: str | None) -> Workload:
@@ -76,6 +83,7 @@ def recipe_workload(out: Path, warm: str | None) -> Workload:
     recipe = load_recipe(RECIPE)
     stage = next(s for s in recipe.stages if s.kind == "grpo")
     seen = stage_recipe(recipe, stage)
+    generations = seen.grpo["num_generations"]
     return Workload(
         name="recipe",
         model=str(warm_model(recipe, out, warm)),
@@ -87,6 +95,8 @@ def recipe_workload(out: Path, warm: str | None) -> Workload:
         lora=True,
         rewards=[(spec.name, spec.weight) for spec in seen.rewards],
         task_params=seen.task.params,
+        prompts=seen.grpo["per_device_train_batch_size"] // generations,
+        generations=generations,
     )
 
 
@@ -129,8 +139,8 @@ def contender_config(name: str, out: Path, work: Workload) -> Any:
     common = dict(
         output_dir=str(out),
         use_cpu=True,
-        per_device_train_batch_size=PROMPTS * GENERATIONS,
-        num_generations=GENERATIONS,
+        per_device_train_batch_size=work.rows,
+        num_generations=work.generations,
         max_completion_length=work.max_tokens,
         temperature=work.temperature,
         generation_kwargs={"min_new_tokens": work.min_tokens} if work.min_tokens else None,
@@ -203,7 +213,7 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
     model, tokenizer = load_model(work.model)
     task = build_task("arithmetic", work.task_params)
     forced = work.name == "forced"  # forced: the same 4 prompts at every step; recipe: new ones, as a run draws them
-    rows = task.dataset("train", PROMPTS if forced else PROMPTS * steps) * (steps if forced else 1)
+    rows = task.dataset("train", work.prompts if forced else work.prompts * steps) * (steps if forced else 1)
     data = Dataset.from_list([{**r, "prompt": render_prompt(tokenizer, task.messages(r))} for r in rows])
     rewards = [to_trl(n, make_reward(n, task), timeout=None) for n, _ in work.rewards]
     cls = GrpoTrainer if name.startswith("grpokit") else GRPOTrainer
@@ -303,10 +313,10 @@ def main() -> int:
         work = Workload("forced", "embedded", TOKENS, TOKENS, 1.0, 1e-6, lora=args.lora)
     # The machine's ceiling is its faster precision: bf16 where the CPU has bf16 instructions.
     gemms = {
-        dtype: {rows: matmul_gflops(rows, dtype, repeats=30) for rows in (PROMPTS * GENERATIONS, 256)}
+        dtype: {rows: matmul_gflops(rows, dtype, repeats=30) for rows in (work.rows, 256)}
         for dtype in ("float32", "bfloat16")
     }
-    gflops = {rows: max(g[rows] for g in gemms.values()) for rows in (PROMPTS * GENERATIONS, 256)}
+    gflops = {rows: max(g[rows] for g in gemms.values()) for rows in (work.rows, 256)}
     params = 134_515_008
     ceiling = {rows: g * 1e9 / (2 * params) for rows, g in gflops.items()}
     results, skipped = {}, {}
@@ -320,7 +330,7 @@ def main() -> int:
         results[name] = run_contender(name, args.steps, out / name, work)
         print(f"[bench] {name}: {json.dumps({k: round(v, 3) for k, v in results[name].items()})}", flush=True)
 
-    rows = PROMPTS * GENERATIONS
+    rows = work.rows
     cpu = cpu_name()
     print(f"\nCPU: {cpu}; bf16 / fp32 matmul speed: {cpu_bf16_speedup():.2f}x")
     for dtype, g in gemms.items():
@@ -329,13 +339,15 @@ def main() -> int:
         f"rollout ceiling (faster precision): {ceiling[rows]:.0f} tok/s at {rows} rows "
         f"(256 rows: {ceiling[256]:.0f} tok/s), for 2 x {params / 1e6:.1f}M FLOPs per token"
     )
-    print(f"workload: {work.name} ({work.model}, {'LoRA r=16' if work.lora else 'full fine-tune'})")
+    adapter = "LoRA r=16" if work.lora else "full fine-tune"
+    print(f"workload: {work.name} ({work.model}, {adapter}, {work.prompts} prompts x {work.generations} per step)")
     print(format_table(results, ceiling[rows]))
     for name, why in skipped.items():
         print(f"{name}: not run ({why})")
     suffix = "_lora" if args.lora and work.name == "forced" else ""
     path = out / f"results_{work.name}{suffix}.json"
     record = {"cpu": cpu, "workload": work.name, "model": work.model, "lora": work.lora, "steps": args.steps}
+    record |= {"prompts_per_step": work.prompts, "generations": work.generations}
     record |= {"gemm_gflops": gemms, "ceiling_tok_s": ceiling, "results": results, "not_run": skipped}
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"written: {path}")
