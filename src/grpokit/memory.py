@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,10 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 THRESHOLD = 1 << 20  # bytes: larger blocks are mapped and unmapped on their own
 
 
+@functools.cache
 def _libc_function(name: str):
-    """glibc's `name` (mallopt, malloc_trim), or None where the C library lacks it (musl, macOS)."""
+    """glibc's `name` (mallopt, malloc_trim), or None where the C library lacks it (musl, macOS); looked
+    up once."""
     try:
         return getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
     except (OSError, AttributeError, TypeError):
@@ -41,18 +44,13 @@ def return_freed_memory(threshold: int = THRESHOLD) -> bool:
     return done
 
 
-_MALLOC_TRIM: list = []  # glibc's malloc_trim, looked up once (a list: None is a valid lookup result)
-
-
 def trim() -> bool:
     """Give the heap's free pages back to the system now (glibc's `malloc_trim`), between the phases of a
     step: the rollout's KV caches and merged weights, freed, would otherwise stay resident under the
     training pass's activations, and those under the next rollout, so the process held both phases'
     peaks at once. Within a phase the heap still reuses its blocks, so unlike `return_freed_memory` a
     tensor costs no fresh page faults, only each phase's first touch of its pages. False without glibc."""
-    if not _MALLOC_TRIM:
-        _MALLOC_TRIM.append(_libc_function("malloc_trim"))
-    malloc_trim = _MALLOC_TRIM[0]
+    malloc_trim = _libc_function("malloc_trim")
     if malloc_trim is None:
         return False
     malloc_trim(0)
