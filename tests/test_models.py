@@ -98,3 +98,42 @@ def test_training_loads_a_full_fine_tune_as_one(tiny_model_dir, tmp_path, monkey
     with pytest.raises(Loaded) as loaded:
         train.main(build_recipe(tiny_recipe(tiny_model_dir, tmp_path, lora={"enabled": lora})))
     assert loaded.value.args[0].get("full_finetune") is (not lora)
+
+
+def test_a_lora_base_held_in_bf16_gives_autocast_the_same_logits_and_gradients(tiny_model_dir):
+    """Under bf16 autocast a frozen fp32 weight is cast to bf16 at every forward: held in bf16 it is that
+    cast already, so the policy's logits and the adapters' gradients are the same bit for bit."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from grpokit.models import hold_frozen_linears, load_model
+
+    model, _ = load_model(str(tiny_model_dir))
+    policy = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
+    torch.manual_seed(0)
+    with torch.no_grad():  # LoRA's B starts at zero: move the adapters so they take part in the result
+        for param in policy.parameters():
+            if param.requires_grad:
+                param.add_(0.05 * torch.randn_like(param))
+    held = copy.deepcopy(policy)
+    bases = [m.get_base_layer() for m in held.modules() if hasattr(m, "lora_A")]
+
+    assert hold_frozen_linears(held, torch.bfloat16) == sum(2 * p.numel() for m in bases for p in m.parameters())
+    assert {p.dtype for m in bases for p in m.parameters()} == {torch.bfloat16}
+    assert held.get_input_embeddings().weight.dtype == torch.float32  # embeddings and the tied head stay
+    assert {p.dtype for p in held.parameters() if p.requires_grad} == {torch.float32}  # the adapters too
+    assert hold_frozen_linears(held, torch.bfloat16) == 0  # nothing left to convert
+
+    ids = torch.randint(3, 400, (2, 9))
+    results = []
+    for net in (policy, held):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = net(input_ids=ids).logits
+        logits.float().logsumexp(-1).sum().backward()
+        grads = {name: p.grad for name, p in net.named_parameters() if p.requires_grad}
+        results.append((logits.detach(), grads))
+    (logits, grads), (held_logits, held_grads) = results
+    assert torch.equal(logits, held_logits)
+    assert grads.keys() == held_grads.keys() and all(torch.equal(grads[n], held_grads[n]) for n in grads)

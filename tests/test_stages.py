@@ -245,3 +245,33 @@ def test_a_micro_batch_that_does_not_divide_the_batch_is_refused(tiny_model_dir,
     raw = tiny_recipe(tiny_model_dir, tmp_path, cold_start={"enabled": True, "batch_size": 4, "micro_batch": 3})
     with pytest.raises(RecipeError, match=r"micro_batch=3 does not divide batch_size=4"):
         build_recipe(raw)
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_stages_under_bf16_autocast_train_on_a_base_held_in_bf16(tiny_model_dir, tmp_path, bf16):
+    """Under bf16 autocast a LoRA policy's frozen linear weights are held in bf16 (autocast's own cast of
+    them, kept once): every stage kind, the evaluations between them and the step evaluations run on it;
+    in fp32 training they stay fp32. The saved adapter loads on the untouched base."""
+    seen = {}
+    attach = train.attach_lora
+
+    def attach_and_look(model, recipe):
+        policy = attach(model, recipe)
+        seen["dtypes"] = {m.get_base_layer().weight.dtype for m in policy.modules() if hasattr(m, "lora_A")}
+        return policy
+
+    raw = staged(tiny_model_dir, tmp_path, grpo={"bf16": bf16}, eval={"every": 1, "every_n": 2})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(train, "attach_lora", attach_and_look)
+        run_dir = train.main(build_recipe(raw))
+
+    assert seen["dtypes"] == {torch.bfloat16 if bf16 else torch.float32}
+    stages = json.loads((run_dir / "summary.json").read_text())["stages"]
+    assert [s["name"] for s in stages] == ["before", "warmup", "format", "answers"]
+    assert ("held in bf16" in (run_dir / "train.log").read_text()) is bf16
+    rows = rows_of(run_dir)
+    assert any("eval/accuracy" in r for r in rows if r["stage"] == "answers")
+    from grpokit.models import load_trained
+
+    model, _ = load_trained(run_dir, str(tiny_model_dir))
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

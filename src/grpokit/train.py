@@ -42,7 +42,8 @@ from grpokit.checkpoints import (
 )
 from grpokit.config import Recipe, RecipeError, StageSection, build_recipe, plan_stages, stage_recipe
 from grpokit.evaluate import EvalResult, evaluate_recipe
-from grpokit.models import load_model
+from grpokit.models import hold_frozen_linears, load_model
+from grpokit.precision import trainer_precision
 from grpokit.tasks import build_task
 from grpokit.tasks.base import render_prompt
 
@@ -368,7 +369,22 @@ def attach_lora(model: Any, recipe: Recipe) -> Any:
     model = get_peft_model(model, lora)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("LoRA r=%d on %s: %.2fM trainable parameters", cfg.r, cfg.target_modules, trainable / 1e6)
+    from grpokit.rollout import copy_refusal
+
+    if autocast_everywhere(recipe) and copy_refusal(model) is None:
+        # Every stage runs the policy under bf16 autocast, so a frozen weight's fp32 bits are never used;
+        # evaluation samples from a merged copy. (A policy that evaluation runs directly keeps fp32.)
+        import torch
+
+        freed = hold_frozen_linears(model, torch.bfloat16)
+        if freed:
+            log.info("LoRA base weights held in bf16, as autocast uses them: %.0f MB freed", freed / 2**20)
     return model
+
+
+def autocast_everywhere(recipe: Recipe) -> bool:
+    """Whether every stage trains under bf16 autocast (measured or set by grpo.bf16, stage by stage)."""
+    return all(trainer_precision(stage_recipe(recipe, stage).grpo.get("bf16"))["bf16"] for stage in plan_stages(recipe))
 
 
 def run_eval(
