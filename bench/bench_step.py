@@ -126,7 +126,12 @@ def warm_model(recipe: Any, out: Path, adapter: str | None) -> Path:
         )
         trainer.args.save_strategy = "no"
         trainer.train()
-        model = trainer.model
+        # Merged onto the base as shipped (fp32): under bf16 autocast training held the frozen base in bf16
+        # (grpokit.models.hold_frozen_linears), and a merge there would round the deltas into bf16 weights.
+        from peft import PeftModel
+
+        trainer.model.save_pretrained(out / "warm-adapter")
+        model = PeftModel.from_pretrained(load_model("embedded")[0], str(out / "warm-adapter"))
     model = model.merge_and_unload()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
