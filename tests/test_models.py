@@ -120,9 +120,10 @@ def test_a_lora_base_held_in_bf16_gives_autocast_the_same_logits_and_gradients(t
     held = copy.deepcopy(policy)
     bases = [m.get_base_layer() for m in held.modules() if hasattr(m, "lora_A")]
 
-    assert hold_frozen_linears(held, torch.bfloat16) == sum(2 * p.numel() for m in bases for p in m.parameters())
+    assert hold_frozen_linears(held, torch.bfloat16) == sum(p.numel() for m in bases for p in m.parameters())
     assert {p.dtype for m in bases for p in m.parameters()} == {torch.bfloat16}
-    assert held.get_input_embeddings().weight.dtype == torch.float32  # embeddings and the tied head stay
+    assert held.get_input_embeddings().weight.dtype == torch.float32  # embeddings and the tied head stay,
+    assert held.get_input_embeddings().weight is held.get_output_embeddings().weight  # still tied
     assert {p.dtype for p in held.parameters() if p.requires_grad} == {torch.float32}  # the adapters too
     assert hold_frozen_linears(held, torch.bfloat16) == 0  # nothing left to convert
 

@@ -376,9 +376,9 @@ def attach_lora(model: Any, recipe: Recipe) -> Any:
         # evaluation samples from a merged copy. (A policy that evaluation runs directly keeps fp32.)
         import torch
 
-        freed = hold_frozen_linears(model, torch.bfloat16)
-        if freed:
-            log.info("LoRA base weights held in bf16, as autocast uses them: %.0f MB freed", freed / 2**20)
+        held = hold_frozen_linears(model, torch.bfloat16)
+        if held:
+            log.info("LoRA base weights held in bf16, as autocast uses them: %.1fM weights", held / 1e6)
     return model
 
 
