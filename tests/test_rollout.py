@@ -352,3 +352,51 @@ def test_lora_with_trained_biases_keeps_an_exact_copy(tiny_model_dir, bias):
         for param in biases:  # an "optimizer step" on the biases alone
             param.add_(0.5)
         torch.testing.assert_close(rollout.get(policy, 1)(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_dithered_rounding_keeps_what_lies_between_two_bf16_numbers_on_average(sign):
+    from grpokit.rollout import round_dithered
+
+    step = 2.0**-7  # bf16's spacing in [1, 2)
+    for frac in (0.1, 0.25, 0.5, 0.9):
+        x = torch.full((128, 256), sign * (1.0 + frac * step))
+        y = round_dithered(x).float()
+        assert set(y.unique().tolist()) <= {sign * 1.0, sign * (1.0 + step)}  # a neighbour, never further
+        assert y.mean().item() == pytest.approx(x[0, 0].item(), abs=0.02 * step)
+        if frac < 0.5:  # rounded to nearest, the whole part under half a step is gone
+            assert x.to(torch.bfloat16).float().unique().tolist() == [sign * 1.0]
+    assert torch.equal(round_dithered(x), round_dithered(x))  # the same thresholds every time
+
+
+def test_a_merged_bf16_copy_keeps_small_adapter_changes_on_average(tiny_model_dir):
+    """The rollout copy of a policy whose base is held in bf16: adapter changes under half a bf16 step,
+    which rounding to nearest would drop from every weight, stay in the copy on average."""
+    from peft import LoraConfig, get_peft_model
+
+    from grpokit.models import hold_frozen_linears, load_model
+    from grpokit.rollout import RolloutCopy, base_model
+
+    model, _ = load_model(str(tiny_model_dir))
+    policy = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
+    hold_frozen_linears(policy, torch.bfloat16)
+    torch.manual_seed(0)
+    with torch.no_grad():  # B A of order 1e-5: under half a bf16 step (6e-5) of weights of order 2e-2
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.copy_(3e-5 * torch.randn_like(param))
+    copy = RolloutCopy(torch.bfloat16).get(policy, version=1)
+    lost, kept, total = 0.0, 0.0, 0.0
+    base = base_model(policy)
+    for name, module in base.named_modules():
+        if not hasattr(module, "lora_A"):
+            continue
+        weight = module.get_base_layer().weight.float()
+        delta = module.get_delta_weight("default").float()
+        merged = copy.get_submodule(name).weight.float()
+        nearest = (weight + delta).to(torch.bfloat16).float()
+        kept += ((merged - weight) * delta).sum().item()
+        lost += ((nearest - weight) * delta).sum().item()
+        total += (delta * delta).sum().item()
+    assert kept / total == pytest.approx(1.0, abs=0.15)  # the copy moved along the adapters' change
+    assert lost / total < 0.5  # where rounding to nearest left most of it out
