@@ -372,8 +372,9 @@ def attach_lora(model: Any, recipe: Recipe) -> Any:
     from grpokit.rollout import copy_refusal
 
     if autocast_everywhere(recipe) and copy_refusal(model) is None:
-        # Every stage runs the policy under bf16 autocast, so a frozen weight's fp32 bits are never used;
-        # evaluation samples from a merged copy. (A policy that evaluation runs directly keeps fp32.)
+        # Every stage's training pass runs under bf16 autocast, which never reads a frozen weight's fp32 bits;
+        # rollouts sample from a merged bf16 copy (rounded dithered) and evaluation from a merged fp32 one.
+        # (An adapter no merged copy can hold is run directly by evaluation, so its base keeps fp32.)
         import torch
 
         held = hold_frozen_linears(model, torch.bfloat16)
