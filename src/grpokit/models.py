@@ -149,12 +149,10 @@ def hold_frozen_linears(model: Any, dtype: Any) -> int:
     726 MB once the rest were copied out and the file let go). The adapters stay fp32, and the model
     `grpokit export` writes reloads the fp32 base from its folder.
 
-    What changes is the bf16 rollout copy: `rollout.refresh` now rounds `bf16(W) + BA` instead of `W + BA`,
-    so a delta under half a bf16 step of its weight rounds away where the fp32 bits used to carry it across
-    the step now and then. Measured on the default run's warm-up adapter (SmolLM2-135M, 16 worked answers):
-    the copy's mean KL to the policy the training pass computes rose from 3.8e-3 to 5.2e-3 nats per token
-    (greedy token differs at 3.1% -> 4.0% of positions); on the adapter after GRPO, 3.1e-3 -> 3.7e-3.
-    The fp32 copy that evaluation decodes on is exact either way.
+    What changes is the bf16 rollout copy, merged from `bf16(W) + BA` instead of `W + BA`: rounded to
+    nearest it would drop every adapter change under half a bf16 step, so `rollout.refresh` rounds it
+    dithered (`rollout.round_dithered`, with the measured distances). The fp32 copy that evaluation decodes
+    on is exact either way.
     """
     import torch
 

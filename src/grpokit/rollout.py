@@ -376,7 +376,7 @@ def refresh(copy: Any, policy: Any) -> None:
                 param.copy_(getattr(source, pname))
 
 
-_DITHER: dict[tuple[int, ...], torch.Tensor] = {}  # per weight shape: a fixed threshold for each position
+_DITHER: dict[tuple, torch.Tensor] = {}  # per weight shape and device: a fixed threshold for each position
 
 
 def round_dithered(x: torch.Tensor) -> torch.Tensor:
@@ -396,13 +396,14 @@ def round_dithered(x: torch.Tensor) -> torch.Tensor:
     >>> round_dithered(torch.tensor([1.0, -2.5])).tolist()  # bf16 numbers pass unchanged
     [1.0, -2.5]
     """
-    bits = x.contiguous().view(torch.int32)  # sign and magnitude: adding to the low bits rounds |x| up
-    threshold = _DITHER.get(tuple(x.shape))
+    key = (*x.shape, str(x.device))
+    threshold = _DITHER.get(key)
     if threshold is None:
         gen = torch.Generator().manual_seed(len(_DITHER))
         threshold = torch.randint(0, 1 << 16, x.shape, generator=gen, dtype=torch.int32).to(x.device)
-        _DITHER[tuple(x.shape)] = threshold
-    return ((bits + threshold) & -(1 << 16)).view(torch.float32).to(torch.bfloat16)  # low 16 bits cut: exact
+        _DITHER[key] = threshold
+    bits = x.contiguous().view(torch.int32) + threshold  # sign and magnitude: adding to the low bits rounds |x| up
+    return bits.bitwise_and_(-(1 << 16)).view(torch.float32).to(torch.bfloat16)  # low 16 bits cut: exact
 
 
 def _deltas(layer: Any) -> torch.Tensor | None:
