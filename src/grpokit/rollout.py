@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from grpokit.attention import use_decode_attention
+
 log = logging.getLogger(__name__)
 
 
@@ -107,17 +109,32 @@ def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Ten
     return logits
 
 
+DRAW_BLOCK = 256  # vocabulary entries per block of the two-level draw
+
+
 def draw(logits: torch.Tensor) -> torch.Tensor:
-    """One token per row from softmax(logits) [B, V], by inverting the CDF at a uniform draw.
+    """One token per row from softmax(logits) [B, V], by inverting the CDF at uniform draws, in two levels.
 
     `torch.multinomial` on a CPU draws an exponential variate for every vocabulary entry: measured
-    30 ms per decoding step for 32 rows x 49,152 tokens, a quarter of the whole step. One uniform per
-    row and a search in the float64 cumulative sum cost about 2 ms and draw from the same distribution.
+    30 ms per decoding step for 32 rows x 49,152 tokens, a quarter of the whole step. A float64 cumulative
+    sum over the whole vocabulary cost 1.4-9 ms a step (a 12.6 MB copy and a serial scan): a sixth of a
+    decoding step at 32 rows. Here the vocabulary is cut into blocks of `DRAW_BLOCK`: a block is drawn from
+    the block sums' CDF (192 entries), then a token from that block's own CDF with a second, independent
+    uniform, which is P(block) x P(token | block), the same distribution: 0.7 ms. `right=True` in the
+    searches skips entries of probability 0 (their cdf equals the previous one), so masked tokens never come.
     """
-    cdf = logits.softmax(-1).double().cumsum(-1)
-    u = torch.rand(logits.size(0), 1, dtype=torch.float64, device=logits.device) * cdf[:, -1:]
-    # right=True skips entries of probability 0 (their cdf equals the previous one), so masked tokens never come.
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=logits.size(-1) - 1)
+    probs = logits.softmax(-1)
+    rows, vocab = probs.shape
+    if vocab % DRAW_BLOCK:
+        probs = torch.nn.functional.pad(probs, (0, -vocab % DRAW_BLOCK))
+    padded = probs.view(rows, -1, DRAW_BLOCK)
+    block_cdf = padded.sum(-1, dtype=torch.float64).cumsum(-1)  # [B, blocks]
+    u = torch.rand(rows, 2, dtype=torch.float64, device=logits.device)
+    last = block_cdf.size(1) - 1
+    block = torch.searchsorted(block_cdf, u[:, :1] * block_cdf[:, -1:], right=True).clamp_(max=last)  # [B, 1]
+    within = padded.gather(1, block.unsqueeze(-1).expand(-1, 1, DRAW_BLOCK)).squeeze(1).double().cumsum(-1)
+    token = torch.searchsorted(within, u[:, 1:] * within[:, -1:], right=True).clamp_(max=DRAW_BLOCK - 1)
+    return (block * DRAW_BLOCK + token).squeeze(1).clamp_(max=vocab - 1)
 
 
 @torch.no_grad()
@@ -247,6 +264,7 @@ def cache_of(out: Any) -> Any:
     return cache if cache is not None else out.past_key_values
 
 
+
 class RolloutCopy:
     """A plain copy of the policy to sample from: LoRA merged in, in the sampling dtype, eval mode.
 
@@ -347,6 +365,7 @@ def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
         module.__dict__.pop("_original_forward", None)
     if hasattr(model, "merge_and_unload"):  # peft: the copy's LoRA layers become plain, merged layers
         model = model.merge_and_unload()
+    use_decode_attention(model)  # it only samples: its one-token steps skip sdpa's long-query kernel
     return model.to(dtype).eval().requires_grad_(False)
 
 
