@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from grpokit.attention import NAME, decode_attention, use_decode_attention
+from grpokit.attention import NAME, grouped_attention, use_grouped_attention
 from grpokit.rollout import SamplingSettings, sample
 
 
@@ -28,8 +28,8 @@ def test_a_decoding_step_equals_sdpa(kv_heads):
     module, q, k, v, mask = _inputs(kv_heads=kv_heads)
     with torch.no_grad():
         expected, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.3)
-        got, _ = decode_attention(module, q, k, v, mask, scaling=0.3)
-        unmasked, _ = decode_attention(module, q, k, v, None, scaling=0.3)
+        got, _ = grouped_attention(module, q, k, v, mask, scaling=0.3)
+        unmasked, _ = grouped_attention(module, q, k, v, None, scaling=0.3)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(unmasked, sdpa_attention_forward(module, q, k, v, None, scaling=0.3)[0])
     assert got.shape == (5, 1, 6, 16)
@@ -42,25 +42,65 @@ def test_bf16_decoding_is_as_close_to_float32_as_sdpa():
         exact, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
         half = [t.bfloat16() for t in (q, k, v)]
         sdpa_error = (sdpa_attention_forward(module, *half, mask, scaling=0.25)[0].float() - exact).abs().max()
-        error = (decode_attention(module, *half, mask, scaling=0.25)[0].float() - exact).abs().max()
+        error = (grouped_attention(module, *half, mask, scaling=0.25)[0].float() - exact).abs().max()
     assert error <= 2 * sdpa_error + 1e-3
 
 
+def test_a_training_call_equals_sdpa_with_its_gradients():
+    """Several queries per row (prefill, the training pass), padding rows, float32 scores: sdpa's output and
+    gradients; a query with nothing to attend to (a left-padding position) stays finite."""
+    module, q, k, v, mask = _inputs(query=4, length=9, dtype=torch.float64)
+    mask[:, :, :, 5:] &= torch.tril(torch.ones(4, 4, dtype=torch.bool))  # causal over the new positions
+    mask[2, :, 0] = False  # this query attends to nothing (as does row 3's first: padding)
+    empty = ~mask.any(-1).squeeze(1)  # [B, Q]
+    results = []
+    assert empty.sum() == 2
+    for attend in (sdpa_attention_forward, grouped_attention):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, _ = attend(module, *leaves, mask, scaling=0.3)
+        assert torch.isfinite(out).all()
+        out = out.masked_fill(empty[..., None, None], 0)  # sdpa's value for an empty query is its own
+        out.square().sum().backward()
+        results.append([out.detach(), *(t.grad for t in leaves)])
+    for got, expected in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
+
+
 def test_other_calls_go_to_sdpa(monkeypatch):
-    """Prefill (several query positions), training (gradients) and extra arguments are sdpa's."""
+    """Causal calls without a mask, extra arguments, float masks and oversized scores are sdpa's."""
     import grpokit.attention as attention
 
     calls = []
     monkeypatch.setattr(attention, "sdpa_attention_forward", lambda *a, **kw: calls.append(a[1].shape) or (None, None))
     module, q, k, v, mask = _inputs(query=4)
-    decode_attention(module, q, k, v, mask)
-    module, q, k, v, mask = _inputs()
-    decode_attention(module, q, k, v, mask, softcap=30.0)
-    with torch.enable_grad():
-        decode_attention(module, q.requires_grad_(), k, v, mask)
     with torch.no_grad():
-        decode_attention(module, q, k, v, mask)
-    assert len(calls) == 3
+        grouped_attention(module, q, k, v, None)
+        grouped_attention(module, q, k, v, mask, softcap=30.0)
+        grouped_attention(module, q, k, v, mask.float())
+        monkeypatch.setattr(attention, "SCORES_BUDGET", q.shape[0] * q.shape[1] * 4 * 9 - 1)
+        grouped_attention(module, q, k, v, mask)
+        assert len(calls) == 4
+        monkeypatch.setattr(attention, "SCORES_BUDGET", 1 << 24)
+        grouped_attention(module, q, k, v, mask)
+    assert len(calls) == 4
+
+
+def test_the_training_pass_gives_sdpas_loss_and_gradients(tiny_model_dir, tmp_path):
+    """GrpoTrainer switches the policy on a CPU; its shared-prefix pass then equals the pass on sdpa."""
+    from grpokit.rollout import base_model
+    from tests.test_prefix import _batch, _loss_and_grads, _trainer
+
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2)
+    model = base_model(trainer.model)
+    assert model.config._attn_implementation == NAME
+    loss, grads, values = _loss_and_grads(trainer, _batch(), shared=True)
+    model.set_attn_implementation("sdpa")
+    loss_ref, grads_ref, values_ref = _loss_and_grads(trainer, _batch(), shared=True)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for key, value in values_ref.items():
+        torch.testing.assert_close(values[key], value, rtol=1e-5, atol=1e-6, msg=key)
+    for name, grad in grads_ref.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
 
 
 def test_a_copy_samples_the_same_tokens_and_the_policy_keeps_sdpa(tiny_model_dir):
@@ -81,6 +121,6 @@ def test_only_sdpa_models_switch(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     eager = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager")
-    assert not use_decode_attention(eager) and eager.config._attn_implementation == "eager"
+    assert not use_grouped_attention(eager) and eager.config._attn_implementation == "eager"
     sdpa = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
-    assert use_decode_attention(sdpa) and sdpa.config._attn_implementation == NAME
+    assert use_grouped_attention(sdpa) and sdpa.config._attn_implementation == NAME

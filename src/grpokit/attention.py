@@ -1,15 +1,24 @@
-"""Attention for the sampler's decoding steps: one new token per row, read against the KV cache.
+"""Attention for grpokit's short CPU sequences: two matmuls on the key/value heads and a softmax.
 
-transformers' `sdpa` path hands a decoding step (query length 1) to torch's CPU flash-attention
-kernel, which is built for long queries: measured 250-290 us per layer for 32 rows x 9 heads x 80 keys
-(SmolLM2-135M's shapes, bf16, AMD EPYC), 15% of a decoding step. The same attention as two batched
-matmuls on the key/value heads (the query heads that share a key/value head stacked as rows, so
-nothing is repeated) and a float32 softmax measured 150-175 us. Every other call (prefill, training,
-a model's extra attention arguments) goes to `sdpa` unchanged.
+transformers' `sdpa` path hands attention to torch's CPU flash-attention kernel, which is built for long
+sequences. On the shapes a GRPO run on a CPU has (SmolLM2-135M: 9 query heads on 3 key/value heads, a
+~60-token prompt, ~40-token answers, bf16 autocast; AMD EPYC with AVX512-BF16) it measured:
 
-`use_decode_attention` switches a model whose attention is `sdpa` to it; the sampler's rollout copy
-uses it (`rollout._plain_copy`). Scores are rounded to the model's dtype before the softmax, as
-transformers' `eager` attention rounds them.
+- a decoding step (one query per row, 32 rows x 80 keys): 250-290 us per layer, 15% of the step;
+  here 150-175 us;
+- the training pass's completions attending to their prompt's cache (32 rows x 42 queries x 100 keys,
+  forward and backward): 23-25 ms per layer, a fifth of the pass; here 10 ms.
+
+Query heads that share a key/value head are stacked as rows of one matmul (transformers' `repeat_kv`
+order), so nothing is repeated. The training pass keeps scores and probabilities in float32, as the
+flash kernel does (its log-probabilities and gradients match `sdpa`'s to float rounding); a decoding
+step without gradients rounds scores to the model's dtype before a float32 softmax, as transformers'
+`eager` attention does. Masked entries get float32's minimum, not -inf, so a query with nothing to attend
+to (a left-padding position) averages the values instead of producing NaN, as `eager` does.
+
+Everything else goes to `sdpa` unchanged: other devices (GPU kernels are the right tool there), dropout,
+a model's extra attention arguments (soft-capping, attention sinks, position biases), float masks,
+causal calls without a mask, and shapes whose scores would pass `SCORES_BUDGET`.
 """
 
 from __future__ import annotations
@@ -21,13 +30,13 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-NAME = "grpokit_decode"
-# Arguments that change what attention computes beyond query, keys, values and mask: those calls go to sdpa
-# (which supports them or says it does not).
+NAME = "grpokit"
+SCORES_BUDGET = 1 << 24  # score entries (rows x heads x queries x keys) above which sdpa's tiling pays
+# Arguments that change what attention computes beyond query, keys, values and mask.
 _SDPA_ONLY = ("softcap", "position_bias", "s_aux", "sinks")
 
 
-def decode_attention(
+def grouped_attention(
     module: Any,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -37,38 +46,51 @@ def decode_attention(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """query [B, H, 1, D], key/value [B, Hkv, L, D], mask as `sdpa_mask` builds it (bool [B, 1, 1, L],
-    True where a row may attend, or None): the output [B, 1, H, D], as `sdpa_attention_forward`'s."""
+    """query [B, H, Q, D], key/value [B, Hkv, L, D], mask as `sdpa_mask` builds it (bool [B, 1, Q, L], True
+    where a query may attend, or None): the output [B, Q, H, D], as `sdpa_attention_forward`'s."""
     rows, heads, length, dim = query.shape
-    kv_heads = key.shape[1]
+    kv_heads, keys = key.shape[1], key.shape[2]
     if (
-        length != 1
+        query.device.type != "cpu"
         or dropout
-        or torch.is_grad_enabled()
         or heads % kv_heads
         or any(kwargs.get(k) is not None for k in _SDPA_ONLY)
+        or (attention_mask is None and length > 1)  # causal without a mask: sdpa's is_causal
         or (attention_mask is not None and attention_mask.dtype != torch.bool)
+        or rows * heads * length * keys > SCORES_BUDGET
     ):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    # Query head h reads key/value head h // (heads / kv_heads), transformers' `repeat_kv` order.
-    grouped = query.reshape(rows, kv_heads, heads // kv_heads, dim)
-    scores = torch.matmul(grouped, key.transpose(-1, -2)).float()  # [B, Hkv, group, L]
-    scores.mul_(dim**-0.5 if scaling is None else scaling)
-    if attention_mask is not None:
-        scores.masked_fill_(~attention_mask, float("-inf"))
-    out = torch.matmul(scores.softmax(-1).to(value.dtype), value)  # [B, Hkv, group, D]
-    return out.reshape(rows, heads, 1, dim).transpose(1, 2), None
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    group = heads // kv_heads
+    grouped = query.reshape(rows, kv_heads, group * length, dim)  # query head h reads key/value head h // group
+    exact = torch.promote_types(query.dtype, torch.float32)  # float32, or the model's own wider type
+    decoding = length == 1 and not torch.is_grad_enabled()
+    with torch.autocast(query.device.type, enabled=False):  # autocast would round the float32 scores again
+        if decoding:  # scores rounded to the model's dtype, then a float32 softmax
+            scores, values = torch.matmul(grouped.to(key.dtype), key.transpose(-1, -2)).to(exact), value
+        else:
+            scores, values = torch.matmul(grouped.to(exact), key.to(exact).transpose(-1, -2)), value.to(exact)
+        scores = scores * (dim**-0.5 if scaling is None else scaling)  # [B, Hkv, group * Q, L]
+        if attention_mask is not None:
+            scores = scores.view(rows, kv_heads, group, length, keys)
+            scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(exact).min)
+            scores = scores.view(rows, kv_heads, group * length, keys)
+        out = torch.matmul(scores.softmax(-1).to(values.dtype), values).to(value.dtype)  # [B, Hkv, group * Q, D]
+    return out.view(rows, heads, length, dim).transpose(1, 2), None
 
 
-AttentionInterface.register(NAME, decode_attention)
+AttentionInterface.register(NAME, grouped_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # the masks sdpa gets
 
 
-def use_decode_attention(model: Any) -> bool:
-    """Switch `model` (a transformers model, not a peft wrapper) from `sdpa` to `decode_attention`.
-    False, and nothing changed, when its attention is anything else."""
+def use_grouped_attention(model: Any) -> bool:
+    """Switch `model` (a transformers model, not a peft wrapper) from `sdpa` to `grouped_attention`. False, and
+    nothing changed, when its attention is anything else (eager, flash-attention, a model's own)."""
     config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa":
+    current = getattr(config, "_attn_implementation", None)
+    if current not in ("sdpa", NAME):
         return False
-    model.set_attn_implementation(NAME)
+    if current == "sdpa":
+        model.set_attn_implementation(NAME)
     return True

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from grpokit.attention import use_decode_attention
+from grpokit.attention import use_grouped_attention
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,6 @@ def cache_of(out: Any) -> Any:
     return cache if cache is not None else out.past_key_values
 
 
-
 class RolloutCopy:
     """A plain copy of the policy to sample from: LoRA merged in, in the sampling dtype, eval mode.
 
@@ -365,7 +364,7 @@ def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
         module.__dict__.pop("_original_forward", None)
     if hasattr(model, "merge_and_unload"):  # peft: the copy's LoRA layers become plain, merged layers
         model = model.merge_and_unload()
-    use_decode_attention(model)  # it only samples: its one-token steps skip sdpa's long-query kernel
+    use_grouped_attention(model)  # short CPU sequences: grpokit.attention
     return model.to(dtype).eval().requires_grad_(False)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from grpokit import cold_start, console, disk, launch, memory, report, runs
+from grpokit.attention import use_grouped_attention
 from grpokit.callbacks import MetricsLog, PeriodicEval, TimeBudget
 from grpokit.checkpoints import (
     StopOnSignal,
@@ -97,6 +98,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         model, tokenizer = load_model(
             recipe.model.name, recipe.model.dtype, recipe.model.revision, full_finetune=not recipe.lora.enabled
         )
+        use_grouped_attention(model)  # short sequences on a CPU: grpokit.attention (other devices: sdpa)
         for note in task.notes():
             log.warning("data: %s", note)
         if not records and main_rank:

@@ -24,8 +24,17 @@ from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from grpokit import disk, memory, prefix
+from grpokit.attention import use_grouped_attention
 from grpokit.checkpoints import mark_complete
-from grpokit.rollout import RolloutCopy, SamplingSettings, finished, sample, unsupported_settings, wants_copy
+from grpokit.rollout import (
+    RolloutCopy,
+    SamplingSettings,
+    base_model,
+    finished,
+    sample,
+    unsupported_settings,
+    wants_copy,
+)
 from grpokit.schedules import AdaptiveWeights, Curriculum, extra_prompt_rows, fill_batch
 from grpokit.tasks.base import tokenize_prompts
 
@@ -52,6 +61,9 @@ class GrpoTrainer(GRPOTrainer):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
+            if model is not None:
+                use_grouped_attention(base_model(model))
         self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
         self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
         # Schedules (grpokit.schedules): dynamic sampling with at most this many extra batches' rollouts;
