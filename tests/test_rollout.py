@@ -413,3 +413,25 @@ def test_a_merged_bf16_copy_keeps_small_adapter_changes_on_average(tiny_model_di
         total += (delta * delta).sum().item()
     assert kept / total == pytest.approx(1.0, abs=0.15)  # the copy moved along the adapters' change
     assert lost / total < 0.5  # where rounding to nearest left most of it out
+
+
+def test_prefill_runs_the_lm_head_as_one_matmul(model_and_tokenizer):
+    """`logits_to_keep=1` slices a non-contiguous view: for weights that need no gradient torch.matmul then
+    broadcasts the LM head to every prompt and copies it (0.26 s of a 0.52 s prefill for 7 prompts)."""
+    import copy
+
+    from torch.profiler import profile
+
+    from grpokit.rollout import _cache_argument, _prefill
+
+    model, _ = model_and_tokenizer
+    frozen = copy.deepcopy(model).to(torch.bfloat16).requires_grad_(False)
+    vocab, hidden = frozen.config.vocab_size, frozen.config.hidden_size
+    prompts = [[5, 9, 13, 2, 7, 3, 11, 4, 6, 8, 20], [5, 9, 13, 2, 7, 3, 11, 4, 6, 8, 30, 31], [7, 3]]
+    with torch.no_grad(), profile(record_shapes=True) as prof:
+        _, logits, _ = _prefill(frozen, prompts, 0, "cpu", _cache_argument(frozen))
+    copied = [e.input_shapes for e in prof.events() if e.name == "aten::copy_"]
+    assert not any(shapes and shapes[0][-2:] == [hidden, vocab] for shapes in copied), "the LM head was copied"
+    with torch.no_grad():
+        expected = torch.stack([frozen(torch.tensor([p])).logits[0, -1].float() for p in prompts])
+    torch.testing.assert_close(logits, expected, rtol=0.02, atol=0.02)

@@ -225,7 +225,8 @@ def _prefill(model: Any, distinct: list[list[int]], pad_id: int, device: Any, ca
     shared = shared if shared >= SHARED_PREFIX_MIN else 0
     past = {}
     if shared:
-        out = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True, logits_to_keep=1)
+        last = _last_position(shared, device)
+        out = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True, logits_to_keep=last)
         cache = cache_of(out)
         cache.reorder_cache(torch.zeros(len(distinct), dtype=torch.long, device=device))
         past = {cache_kwarg: cache}
@@ -237,8 +238,19 @@ def _prefill(model: Any, distinct: list[list[int]], pad_id: int, device: Any, ca
         own[row, width - (len(p) - shared) :] = 1
     mask = torch.cat([torch.ones(len(distinct), shared, dtype=own.dtype, device=device), own], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **past)
+    last = _last_position(width, device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=last, **past)
     return cache_of(out), out.logits[:, -1, :].float(), mask
+
+
+def _last_position(length: int, device: Any) -> torch.Tensor:
+    """`logits_to_keep` for the last of `length` positions, as an index tensor rather than the int 1.
+
+    With an int, transformers slices `hidden[:, -1:, :]`, a view whose rows are not contiguous; for a weight
+    that needs no gradient `torch.matmul` then cannot fold the batch into one matmul and broadcasts the LM
+    head to every row instead, copying it: measured 0.26 s of a 0.52 s prefill for 7 prompts (a
+    [7, 576, 49152] bf16 copy). Indexing with a tensor gathers the rows into a contiguous tensor."""
+    return torch.tensor([length - 1], device=device)
 
 
 def finished(row: Sequence[int], eos_ids: Sequence[int], tokenizer: Any = None, stop_texts: Sequence[str] = ()) -> bool:
