@@ -162,6 +162,22 @@ def print_curve(title: str, points: list[Point]) -> None:
         print(f"{label:<26} {minutes:>9.1f} {100 * accuracy:>7.1f}%   {n}")
 
 
+def problems(curves: dict[str, list[Point]]) -> str:
+    """How many held-out problems the points stand on: the stages' evaluations, and the step evaluations'
+    first N when those differ (a recipe's `eval.every_n`).
+
+    >>> problems({"grpo": [(0.0, "warmup", 0.6, 200), (2.0, "grpo step 15", 0.7, 50), (9.0, "grpo", 0.9, 200)]})
+    '200 problems; step evaluations: the first 50'
+    """
+
+    def sizes(steps: bool) -> str:
+        found = {n for points in curves.values() for _, name, _, n in points if (" step " in name) == steps}
+        return "/".join(str(n) for n in sorted(found))
+
+    stages, steps = sizes(False), sizes(True)
+    return f"{stages} problems" + (f"; step evaluations: the first {steps}" if steps and steps != stages else "")
+
+
 def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) -> None:
     import matplotlib
 
@@ -189,11 +205,12 @@ def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) ->
     for bar in BARS:
         ax.axhline(100 * bar, color="grey", linestyle="--", linewidth=0.8)
     ax.set(
-        title=f"Held-out greedy accuracy ({curves['grpo'][-1][3]} problems) vs training time",
+        title=f"Held-out greedy accuracy vs training time\n({problems(curves)})",
         xlabel="minutes of training (evaluations left out)",
         ylabel="%",
         ylim=(0, 102),
     )
+    ax.title.set_fontsize(10)
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

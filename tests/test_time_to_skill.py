@@ -127,3 +127,10 @@ def test_main_reads_both_runs_draws_both_curves_and_writes_the_numbers(bench, tm
     saved = json.loads((tmp_path / "out" / "time_to_skill.json").read_text())
     assert saved["comparison"]["winner"] == "GRPO" and saved["comparison"]["accuracy"] == {"grpo": 0.8, "sft": 0.7}
     assert (tmp_path / "out" / "time_to_skill.png").stat().st_size > 10_000
+
+
+def test_the_picture_names_both_evaluation_sizes(bench):
+    stage_only = {"grpo": [(0.0, "before", 0.0, 200), (9.0, "grpo", 0.9, 200)]}
+    assert bench.problems(stage_only) == "200 problems"
+    mixed = {**stage_only, "sft": [(3.0, "sft_more step 15", 0.8, 50), (9.0, "sft_more", 0.95, 200)]}
+    assert bench.problems(mixed) == "200 problems; step evaluations: the first 50"
