@@ -25,8 +25,6 @@ from typing import Any
 
 import torch
 
-from grpokit.attention import use_grouped_attention
-
 log = logging.getLogger(__name__)
 
 
@@ -366,6 +364,8 @@ def base_model(model: Any) -> Any:
 
 def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
     import copy
+
+    from grpokit.attention import use_grouped_attention  # imports transformers: only when a copy is made
 
     model = copy.deepcopy(policy)
     for module in model.modules():
