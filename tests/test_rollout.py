@@ -74,7 +74,10 @@ def scripted_draws(monkeypatch, script):
     import grpokit.rollout as rollout
 
     tokens = iter(script)
-    monkeypatch.setattr(rollout, "draw", lambda logits: torch.tensor([next(tokens)] * logits.size(0)))
+    def scripted(logits):
+        return torch.tensor([next(tokens)] * logits.size(0)), torch.zeros(logits.size(0))
+
+    monkeypatch.setattr(rollout, "draw_with_logprob", scripted)
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -150,6 +153,25 @@ def test_first_token_frequencies_follow_the_softmax(model_and_tokenizer):
     top = probs.argsort(descending=True)[:5]
     # Binomial standard error at n=3000 is at most 0.009; 4 sigma.
     assert torch.allclose(counts[top] / 3000, probs[top], atol=0.036)
+
+
+@pytest.mark.parametrize("settings", [SamplingSettings(8, temperature=0.7), SamplingSettings(8, top_k=5)])
+def test_sampled_log_probabilities_are_the_sampling_distributions(model_and_tokenizer, settings):
+    """Each token's log-probability is its own under the distribution it was drawn from (temperature,
+    top-k): the model's logits at that position, teacher-forced, filtered the same way. The tokens are
+    the ones `sample` draws without them."""
+    model, _ = model_and_tokenizer
+    prompts = [[5, 9, 13, 2]] * 3 + [[7, 3]] * 3
+    torch.manual_seed(0)
+    plain = sample(model, prompts, settings, eos_ids=[], pad_id=0)
+    torch.manual_seed(0)
+    rows, logps = sample(model, prompts, settings, eos_ids=[], pad_id=0, logprobs=True)
+    assert rows == plain and [len(lp) for lp in logps] == [len(r) for r in rows] == [8] * 6
+    for prompt, row, drawn in zip(prompts, rows, logps, strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + row])).logits[0, len(prompt) - 1 : -1].float()
+        expected = filter_logits(logits, settings).log_softmax(-1).gather(1, torch.tensor(row)[:, None]).squeeze(1)
+        assert torch.allclose(torch.tensor(drawn), expected, atol=1e-4), (drawn, expected.tolist())
 
 
 def test_draw_follows_the_softmax_and_never_picks_a_masked_token():

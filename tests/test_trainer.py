@@ -89,7 +89,7 @@ def _format_reward(prompts, completions, **kwargs):
     return [float("<answer>" in c) for c in completions]
 
 
-def _trainer(tiny_model_dir, tmp_path, model=None, reward_funcs=None, **grpo):
+def _trainer(tiny_model_dir, tmp_path, model=None, reward_funcs=None, trainer_kwargs=None, **grpo):
     """A GrpoTrainer on the tiny model, or `model` with its tokenizer (full fine-tune), scored by
     `reward_funcs` (default: the format reward), with `grpo` keys on top of the tiny recipe."""
     from grpokit import train
@@ -108,6 +108,7 @@ def _trainer(tiny_model_dir, tmp_path, model=None, reward_funcs=None, **grpo):
         train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
         processing_class=tokenizer,
         stop_texts=("</answer>",),
+        **(trainer_kwargs or {}),
     )
 
 
@@ -259,3 +260,41 @@ def test_the_heap_is_trimmed_between_a_steps_rollout_and_its_training_pass(tiny_
     trainer.compute_loss = spy
     trainer.train()
     assert events == ["rollout", "trim", "loss", "trim"] * 2
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_the_ratio_is_taken_against_the_samplers_log_probabilities(tiny_model_dir, tmp_path, on):
+    """train_pass.sampler_logprobs: the batch's old log-probabilities are the ones each token was drawn
+    with, so TRL's ratio is pi_theta / pi_sampler; here the sampler is the policy (fp32), so they equal
+    the policy's own teacher-forced log-probabilities. Off: none, and TRL's ratio is the policy over itself."""
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, trainer_kwargs={"sampler_logprobs": on}, reward_funcs=[_by_length], temperature=0.7
+    )
+    trainer.model.train()
+    prompts = trainer.train_dataset.select(range(2)).to_list()
+    batch = trainer._score([p for p in prompts for _ in range(trainer.num_generations)])
+    if not on:
+        assert "old_per_token_logps" not in batch
+        return
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        policy, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, batch["completion_ids"].size(1)
+        )
+    kept = batch["completion_mask"].bool()
+    assert kept.sum() > 0
+    assert torch.allclose(batch["old_per_token_logps"][kept], policy[kept], atol=1e-4)
+
+
+def test_sampler_log_probabilities_are_refused_where_trl_keeps_its_own(tiny_model_dir, tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="grpokit.trainer"):
+        trainer = _trainer(tiny_model_dir, tmp_path, trainer_kwargs={"sampler_logprobs": True}, num_iterations=2)
+    assert not trainer.sampler_logprobs
+    assert any("sampler_logprobs ignored" in r.getMessage() for r in caplog.records)
+
+
+def _by_length(prompts, completions, **kwargs):
+    return [float(len(c) % 3) for c in completions]

@@ -301,11 +301,17 @@ class TrainPassSection:
     (whole groups kept together), so activations of one micro-batch exist at once; the gradient is the
     whole batch's (token-normalised losses: dapo, cispo). Empty: the whole batch at once.
     `return_freed_memory`: fix glibc's allocation thresholds (grpokit.memory) so freed activations leave
-    the process; lower peak memory for a slower pass (measured: 2.66 vs 3.47 GB, 32.5 vs 24.4 s, one core)."""
+    the process; lower peak memory for a slower pass (measured: 2.66 vs 3.47 GB, 32.5 vs 24.4 s, one core).
+    `sampler_logprobs`: the loss's ratio is taken against the log-probabilities the sampler drew each token
+    with (grpokit's rollout, often a bf16 copy of the policy), pi_theta / pi_sampler clipped to
+    [1 - epsilon, 1 + epsilon_high] as PPO's, instead of the policy against itself (a ratio of 1 whatever
+    the sampler was): the importance correction for the gap between the model that sampled and the one
+    trained. Off: TRL's on-policy loss."""
 
     shared_prefix: bool = True
     micro_batch_rows: int | None = None
     return_freed_memory: bool = False
+    sampler_logprobs: bool = False
 
     def validate(self) -> None:
         if self.micro_batch_rows is not None and self.micro_batch_rows < 1:

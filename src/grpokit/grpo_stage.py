@@ -71,6 +71,7 @@ def build_trainer(
         rollout_copy=recipe.rollout.merged_copy,
         shared_prefix=recipe.train_pass.shared_prefix,
         micro_batch_rows=recipe.train_pass.micro_batch_rows,
+        sampler_logprobs=recipe.train_pass.sampler_logprobs,
         dynamic_max_extra=recipe.dynamic_sampling.max_extra if recipe.dynamic_sampling.enabled else None,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),

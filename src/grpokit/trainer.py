@@ -58,6 +58,7 @@ class GrpoTrainer(GRPOTrainer):
         adaptive: AdaptiveWeights | None = None,
         shared_prefix: bool = True,
         micro_batch_rows: int | None = None,
+        sampler_logprobs: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -84,6 +85,7 @@ class GrpoTrainer(GRPOTrainer):
             lost = f", without stopping at {' or '.join(self.stop_texts)}" if self.stop_texts else ""
             log.warning("rollouts on TRL's generation%s: grpokit's sampler %s", lost, self.rollout_fallback)
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
+        self.sampler_logprobs = sampler_logprobs and self._sampler_logprobs_allowed()
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
         self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
@@ -93,6 +95,17 @@ class GrpoTrainer(GRPOTrainer):
                 "bonus, top_entropy_quantile=1, no router auxiliary loss, steps_per_generation=1 and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
+
+    def _sampler_logprobs_allowed(self) -> bool:
+        """Whether the loss's ratio may be taken against the sampler's log-probabilities, one line if not."""
+        if self.rollout_fallback is not None:  # with vLLM, TRL's vllm_importance_sampling_correction does this
+            why = "rollouts do not run on grpokit's sampler, which returns them"
+        elif self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
+            why = "TRL computes the policy's own old log-probabilities when a batch is reused (num_iterations > 1)"
+        else:
+            return True
+        log.warning("train_pass.sampler_logprobs ignored: %s", why)
+        return False
 
     def _shared_prefix_allowed(self) -> bool:
         """Whether the training pass may forward each prompt once (grpokit.prefix), with one log line if not."""
@@ -198,15 +211,17 @@ class GrpoTrainer(GRPOTrainer):
             model, autocast = self._sampling_model(unwrapped_model)
             # The training pass's precision for the rollout's matmuls too (bf16 where it measured faster).
             with torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=autocast):
-                completions = sample(
+                drawn = sample(
                     model,
                     prompt_ids,
                     settings,
                     eos_ids=_as_ids(self.generation_config.eos_token_id) or self.eos_token_ids,
                     pad_id=self._tokenizer.pad_token_id,
                     tokenizer=self._tokenizer,
+                    logprobs=self.sampler_logprobs,
                 )
-        return completions, None
+        # TRL pads the log-probabilities into the batch as `sampling_per_token_logps` (see `_score`).
+        return drawn if self.sampler_logprobs else (drawn, None)
 
     def _rollout_dtype(self) -> torch.dtype:
         if self.args.bf16:
@@ -334,6 +349,11 @@ class GrpoTrainer(GRPOTrainer):
             self.prompts_seen.extend(str(x.get("prompt", "")) for x in inputs if isinstance(x, dict))
         batch = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
+        sampled = batch.get("sampling_per_token_logps")
+        if mode == "train" and self.sampler_logprobs and sampled is not None and "old_per_token_logps" not in batch:
+            # The PPO ratio against the model that drew the tokens: pi_theta / pi_sampler, clipped to
+            # [1 - epsilon, 1 + epsilon_high], instead of pi_theta over itself (1, whatever the sampler was).
+            batch["old_per_token_logps"] = sampled
         self._account_truncation(batch, mode)
         for func in self.reward_funcs:
             if hasattr(func, "errors"):  # grpokit's adapter: failures since the last batch
