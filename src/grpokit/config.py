@@ -306,7 +306,8 @@ class TrainPassSection:
     with (grpokit's rollout, often a bf16 copy of the policy), pi_theta / pi_sampler clipped to
     [1 - epsilon, 1 + epsilon_high] as PPO's, instead of the policy against itself (a ratio of 1 whatever
     the sampler was): the importance correction for the gap between the model that sampled and the one
-    trained. Off: TRL's on-policy loss."""
+    trained. Off (the default): TRL's on-policy loss; on the default task the ratio against the sampler
+    measured worse (76.3 -> 68.5%, three seeds of 30 steps; bench/RESULTS.md v0.10)."""
 
     shared_prefix: bool = True
     micro_batch_rows: int | None = None
