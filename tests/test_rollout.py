@@ -74,6 +74,7 @@ def scripted_draws(monkeypatch, script):
     import grpokit.rollout as rollout
 
     tokens = iter(script)
+
     def scripted(logits):
         return torch.tensor([next(tokens)] * logits.size(0)), torch.zeros(logits.size(0))
 
