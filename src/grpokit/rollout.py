@@ -179,23 +179,20 @@ def sample(
     for step in range(settings.max_new_tokens):
         if step < settings.min_new_tokens:
             logits[:, eos] = float("-inf")
-        if settings.top_k == 1:
-            tokens, token_logps = logits.argmax(-1), torch.zeros(len(active), device=device)
+        if settings.top_k == 1:  # greedy: each token had probability 1
+            tokens, step_logps = logits.argmax(-1), ([0.0] * len(active) if logprobs else None)
         else:
             tokens, token_logps = draw_with_logprob(filter_logits(logits, settings))  # [B], [B]
+            step_logps = token_logps.tolist() if logprobs else None
         done = torch.isin(tokens, eos)
-        step_logps = token_logps.tolist() if logprobs else [0.0] * len(active)
         for b, (row, token) in enumerate(zip(active.tolist(), tokens.tolist(), strict=True)):
-            if stopping[row]:  # the draw after a stop text: keep it only if it ends the row
-                if not done[b]:
-                    done[b] = True
-                else:
-                    produced[row].append(token)
-                    drawn_logps[row].append(step_logps[b])
+            if stopping[row] and not done[b]:  # the draw after a stop text: kept only if it ends the row
+                done[b] = True
                 continue
             produced[row].append(token)
-            drawn_logps[row].append(step_logps[b])
-            if stop_check and not done[b] and step + 1 >= settings.min_new_tokens:
+            if step_logps is not None:
+                drawn_logps[row].append(step_logps[b])
+            if stop_check and not stopping[row] and not done[b] and step + 1 >= settings.min_new_tokens:
                 text = tokenizer.decode(produced[row][-(tail + 2) :], skip_special_tokens=False)
                 stopping[row] = any(stop in text for stop in settings.stop_texts)
         if bool(done.all()) or step + 1 == settings.max_new_tokens:
