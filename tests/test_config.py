@@ -89,6 +89,8 @@ def test_grpo_section_becomes_grpo_config():
         ("cold_start: {enabled: true, steps: 0}\n", "cold_start.steps=0"),
         ("sandbox: {batch: 0}\n", "sandbox.batch=0"),
         ("train_pass: {micro_batch_rows: 0}\n", "train_pass.micro_batch_rows=0"),
+        ("dynamic_sampling: {replay: 2}\n", "dynamic_sampling.replay draws prompts again.*enabled: true"),
+        ("dynamic_sampling: {enabled: true, replay: -1}\n", "dynamic_sampling.replay=-1"),
     ],
 )
 def test_bad_recipes_fail_with_the_key_named(tmp_path, text, message):

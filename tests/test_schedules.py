@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpokit.config import AdaptiveSection, build_recipe
-from grpokit.schedules import AdaptiveWeights, Curriculum, fill_batch, informative_groups
+from grpokit.schedules import AdaptiveWeights, Curriculum, Replay, fill_batch, informative_groups
 from tests.conftest import tiny_recipe
 
 
@@ -45,6 +45,31 @@ def test_fill_batch_stops_at_the_cap_and_fills_with_uniform_groups():
     merged, stats = fill_batch(first, lambda n: _batch([0.0] * 2 * n, 2, 2), group=2, max_extra_groups=2, pad_id=0)
     assert stats["dynamic/kept_frac"] == pytest.approx(1 / 3) and stats["dynamic/extra_rollouts"] == 4
     assert informative_groups(merged["advantages"], 2).tolist() == [True, False, False]
+
+
+def test_fill_batch_counts_the_groups_each_round_returned():
+    first = _batch([0, 0, 0, 0], prompt_width=2, completion_width=2)
+    calls = []
+
+    def more(n):  # a replay round may hold fewer prompts than asked for
+        calls.append(n)
+        return _batch([1, -1], 2, 2)
+
+    merged, stats = fill_batch(first, more, group=2, max_extra_groups=3, pad_id=0)
+    assert calls == [2, 2] and stats["dynamic/extra_rollouts"] == 4 and stats["dynamic/kept_frac"] == 1.0
+    assert merged["advantages"].tolist() == [1, -1, 1, -1]
+
+
+def test_replay_returns_the_newest_prompts_at_most_tries_times():
+    r = Replay(tries=2, capacity=3)
+    r.push([({"q": 1}, 0), ({"q": 2}, 0)])
+    assert r.take(1) == [({"q": 2}, 1)]
+    r.push([({"q": 2}, 1), ({"q": 3}, 2)])  # q 3 has been drawn again twice: out of tries
+    assert r.take(5) == [({"q": 2}, 2), ({"q": 1}, 1)] and len(r) == 0
+    r.load([[{"q": 4}, 1]])
+    assert r.state() == [[{"q": 4}, 1]]
+    with pytest.raises(ValueError, match="tries=0"):
+        Replay(tries=0, capacity=1)
 
 
 def test_curriculum_and_adaptive_weights_move_with_the_rolling_success_rate():
@@ -108,6 +133,40 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_teach(tiny_model_dir,
         assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
     else:
         assert not useful.all()  # the control: uniform groups stay in the batch
+
+
+def test_replay_draws_last_steps_informative_prompts_first_and_logs_them_apart(tiny_model_dir, tmp_path):
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": "tests.test_schedules.parity"}],
+        dynamic_sampling={"enabled": True, "max_extra": 3.0, "replay": 1},
+    )
+    batches = [b for b in trainer.get_train_dataloader() if any(r["answer"] % 2 == 0 for r in b)]
+    torch.manual_seed(0)
+    trainer._generate_and_score_completions(batches[0])
+    queued = [str(row["prompt"]) for row, _ in reversed(trainer.replay.queue)]  # newest first
+    assert queued and all(t == 0 for _, t in trainer.replay.queue)
+    metrics = trainer._metrics["train"]
+    uniform_rounds = len(metrics["frac_reward_zero_std"])
+    seen = len(trainer.prompts_seen)
+    trainer.state.global_step = 1
+    trainer._generate_and_score_completions(batches[1])  # has a prompt with an even answer: a uniform group
+    extra = trainer.prompts_seen[seen + 16 :: 4]  # one prompt per group after the step's own 4 groups
+    replayed = int(metrics["dynamic/replayed"][-1])
+    assert replayed == min(4, len(queued)) and extra[:replayed] == queued[:replayed]
+    # Replayed groups' figures go under replay/; the run's own stay those of uniformly drawn prompts.
+    assert (
+        len(metrics["replay/frac_reward_zero_std"]) == 1
+        and len(metrics["replay/rewards/tests.test_schedules.parity/mean"]) == 1
+    )
+    later_uniform = len(trainer.prompts_seen[seen + 16 + 4 * replayed :]) // 16  # 4-group uniform rounds
+    assert len(metrics["frac_reward_zero_std"]) == uniform_rounds + 1 + later_uniform
+    assert 0 <= metrics["dynamic/replayed_informative_frac"][-1] <= 1
+    state = trainer._schedule_state()
+    assert [[str(row["prompt"]), t] for row, t in state["replay"]] == [
+        [str(row["prompt"]), t] for row, t in trainer.replay.queue
+    ]
 
 
 @pytest.mark.parametrize("curriculum", [True, False])

@@ -191,14 +191,29 @@ class DynamicSamplingSection:
     """DAPO's dynamic sampling: a GRPO step keeps only groups whose rewards differ (the others have
     advantage 0 and teach nothing), drawing more prompts until the batch is full of them or
     `max_extra` more batches' worth of rollouts were spent. Uniform groups fill what is left.
-    Logged per step: `dynamic/kept_frac` (informative groups in the batch) and `dynamic/extra_rollouts`."""
+    Logged per step: `dynamic/kept_frac` (informative groups in the batch) and `dynamic/extra_rollouts`.
+
+    `replay`: a prompt whose group was informative is drawn again, with a fresh group, in the extra rollouts
+    of later steps (newest first, before new prompts), at most this many times (0: never). It spends the
+    extra rollouts on prompts the policy half-solves instead of new ones it mostly has right or all wrong.
+    Replayed groups are logged under `replay/` (their reward means, `replay/frac_reward_zero_std`), apart
+    from the uniformly drawn prompts whose figures the run-health warnings judge; `dynamic/replayed` counts
+    them per step."""
 
     enabled: bool = False
     max_extra: float = 1.0  # extra rollouts per step, in batches (1.0: at most one more batch's worth)
+    replay: int = 0
 
     def validate(self) -> None:
         if self.max_extra < 0:
             raise RecipeError(f"dynamic_sampling.max_extra={self.max_extra}; it must be >= 0")
+        if self.replay < 0:
+            raise RecipeError(f"dynamic_sampling.replay={self.replay}; use 0 (off) or the times a prompt may return")
+        if self.replay and not (self.enabled and self.max_extra > 0):
+            raise RecipeError(
+                "dynamic_sampling.replay draws prompts again in dynamic sampling's extra rollouts: set "
+                "dynamic_sampling.enabled: true and max_extra > 0, or replay: 0"
+            )
 
 
 @dataclass

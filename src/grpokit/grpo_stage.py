@@ -73,6 +73,7 @@ def build_trainer(
         micro_batch_rows=recipe.train_pass.micro_batch_rows,
         sampler_logprobs=recipe.train_pass.sampler_logprobs,
         dynamic_max_extra=recipe.dynamic_sampling.max_extra if recipe.dynamic_sampling.enabled else None,
+        dynamic_replay=recipe.dynamic_sampling.replay if recipe.dynamic_sampling.enabled else 0,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),
     )

@@ -5,6 +5,9 @@ object the trainer calls once per step; they are plain Python, tested without a 
 
 - `fill_batch` is DAPO's dynamic sampling: it keeps the groups whose rewards differ (the others have
   advantage 0 and teach nothing) and fills the batch with them from extra rollouts.
+- `Replay` holds the prompts whose groups taught something, so that later steps' extra rollouts draw
+  them again before drawing new ones (prompts at the policy's frontier, as Kimi k1.5's prioritised
+  sampling favours problems the policy still fails).
 - `Curriculum` steps a task parameter up a list of levels when the success rate passes a threshold.
 - `AdaptiveWeights` shrinks the weight of a reward that is learned and lets it grow back when it slips.
 """
@@ -42,9 +45,9 @@ def fill_batch(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """A batch of as many groups as `first` has, informative groups first.
 
-    `more(n)` rolls out and scores `n` more groups (a batch in the trainer's own form). Rounds go on
-    until the informative groups fill the batch or `max_extra_groups` extra groups were drawn; uniform
-    groups fill what is left (their gradient is exactly zero). Returns the batch and its statistics.
+    `more(n)` rolls out and scores at most `n` (at least 1) more groups, a batch in the trainer's own form.
+    Rounds go on until the informative groups fill the batch or `max_extra_groups` extra groups were drawn;
+    uniform groups fill what is left (their gradient is exactly zero). Returns the batch and its statistics.
     """
     size = first["advantages"].numel() // group
     batches, extra = [first], 0
@@ -53,7 +56,7 @@ def fill_batch(
         n = min(size, max_extra_groups - extra)
         batch = more(n)
         batches.append(batch)
-        extra += n
+        extra += batch["advantages"].numel() // group
         found += int(informative_groups(batch["advantages"], group).sum())
     picks: list[tuple[int, int]] = []  # (batch, group) informative first, in order drawn
     rest: list[tuple[int, int]] = []
@@ -162,6 +165,48 @@ class AdaptiveWeights:
             factor = 1 - spec.rate if mean >= spec.target else 1 + spec.rate
             self.weights[name] = min(spec.max_weight, max(spec.min_weight, self.weights[name] * factor))
         return dict(self.weights)
+
+
+class Replay:
+    """Prompts whose groups were informative, to be drawn again by later steps, newest first.
+
+    Each prompt comes back at most `tries` times (a prompt the policy keeps half-solving does not take
+    every extra round); the queue keeps the `capacity` newest and forgets older ones.
+
+    >>> r = Replay(tries=1, capacity=2)
+    >>> r.push([({"q": 1}, 0), ({"q": 2}, 0), ({"q": 3}, 0), ({"q": 4}, 1)])
+    >>> r.take(5)
+    [({'q': 3}, 1), ({'q': 2}, 1)]
+    >>> r.push([({"q": 3}, 1)])  # drawn once already: done
+    >>> len(r)
+    0
+    """
+
+    def __init__(self, tries: int, capacity: int) -> None:
+        if tries < 1 or capacity < 1:
+            raise ValueError(f"Replay(tries={tries}, capacity={capacity}): both must be >= 1")
+        self.tries = tries
+        self.queue: deque[tuple[dict[str, Any], int]] = deque(maxlen=capacity)
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def push(self, found: Sequence[tuple[dict[str, Any], int]]) -> None:
+        """Queue informative prompts as (row, times drawn again so far); those out of tries are dropped."""
+        self.queue.extend((row, tries) for row, tries in found if tries < self.tries)
+
+    def take(self, groups: int) -> list[tuple[dict[str, Any], int]]:
+        """Up to `groups` prompts, newest first, each with the count it will have once drawn again."""
+        return [(row, tries + 1) for row, tries in (self.queue.pop() for _ in range(min(groups, len(self.queue))))]
+
+    def clear(self) -> None:
+        self.queue.clear()
+
+    def state(self) -> list[list[Any]]:
+        return [[row, tries] for row, tries in self.queue]
+
+    def load(self, state: list[list[Any]]) -> None:
+        self.queue.extend((row, tries) for row, tries in state)
 
 
 def extra_prompt_rows(dataset: Any, groups: int, group: int, seed: str) -> list[dict[str, Any]]:

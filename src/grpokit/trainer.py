@@ -35,7 +35,7 @@ from grpokit.rollout import (
     unsupported_settings,
     wants_copy,
 )
-from grpokit.schedules import AdaptiveWeights, Curriculum, extra_prompt_rows, fill_batch
+from grpokit.schedules import AdaptiveWeights, Curriculum, Replay, extra_prompt_rows, fill_batch, informative_groups
 from grpokit.tasks.base import tokenize_prompts
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class GrpoTrainer(GRPOTrainer):
         stop_texts: tuple[str, ...] = (),
         rollout_copy: bool = True,
         dynamic_max_extra: float | None = None,
+        dynamic_replay: int = 0,
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
         shared_prefix: bool = True,
@@ -70,6 +71,9 @@ class GrpoTrainer(GRPOTrainer):
         # Schedules (grpokit.schedules): dynamic sampling with at most this many extra batches' rollouts;
         # a curriculum with one prompt dataset per level and the reward that measures success; weights.
         self.dynamic_max_extra = dynamic_max_extra
+        # Informative prompts drawn again in later steps' extra rollouts (4 batches' worth kept, newest first).
+        groups = self.args.per_device_train_batch_size * self.args.steps_per_generation // self.num_generations
+        self.replay = Replay(dynamic_replay, 4 * groups) if dynamic_replay and dynamic_max_extra else None
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -301,6 +305,11 @@ class GrpoTrainer(GRPOTrainer):
             rates = {name: list(r.values) for name, r in self.adaptive.rates.items()}
             state["adaptive"] = {"weights": self.adaptive.weights, "rates": rates}
             state["reward_weights"] = self.reward_weights.tolist()
+        if self.replay is not None:
+            try:  # dataset rows: JSON for the tasks grpokit ships; a row of other types starts the queue empty
+                state["replay"] = json.loads(json.dumps(self.replay.state()))
+            except (TypeError, ValueError):
+                log.warning("dynamic_sampling.replay: prompts not JSON-serialisable, the queue is not checkpointed")
         return state
 
     def _load_schedule_state(self, state: dict[str, Any]) -> None:
@@ -312,6 +321,8 @@ class GrpoTrainer(GRPOTrainer):
             for name, values in state["adaptive"]["rates"].items():
                 self.adaptive.rates[name].values.extend(values)
             self.reward_weights = torch.tensor(state["reward_weights"], dtype=self.reward_weights.dtype)
+        if self.replay is not None and "replay" in state:
+            self.replay.load(state["replay"])
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         training = self.model.training
@@ -325,7 +336,7 @@ class GrpoTrainer(GRPOTrainer):
         if training:
             success = self._success_rates()
             if self.dynamic_max_extra is not None:
-                batch = self._fill_with_informative_groups(batch)
+                batch = self._fill_with_informative_groups(inputs, batch)
             self._step_schedules(success)
         if self.rollout_copy is not None:
             self.rollout_copy.release()  # its weights' memory serves the training pass; the next rollout rewrites them
@@ -370,28 +381,71 @@ class GrpoTrainer(GRPOTrainer):
             if metrics.get(f"rewards/{name}/mean")
         }
 
-    def _fill_with_informative_groups(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def _fill_with_informative_groups(self, inputs: list[dict[str, Any]], batch: dict[str, Any]) -> dict[str, Any]:
         group = self.num_generations
         data = self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
         rounds = iter(range(1, 1_000_000))
+        found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
+        replayed = replayed_useful = 0
+
+        def note(rows: list[dict[str, Any]], tries: list[int], scored: dict[str, Any]) -> list[bool]:
+            useful = informative_groups(scored["advantages"], group).tolist()
+            found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
+            return useful
 
         def more(groups: int) -> dict[str, Any]:
+            nonlocal replayed, replayed_useful
+            if self.replay is not None and len(self.replay):
+                taken = self.replay.take(groups)
+                rows = [row for row, _ in taken]
+                scored = self._score_aside([dict(row) for row in rows for _ in range(group)])
+                replayed += len(rows)
+                replayed_useful += sum(note(rows, [t for _, t in taken], scored))
+                return scored
             seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
-            return self._score(extra_prompt_rows(data, groups, group, seed))
+            drawn = extra_prompt_rows(data, groups, group, seed)
+            scored = self._score(drawn)
+            note(drawn[::group], [0] * groups, scored)
+            return scored
 
+        note(list(inputs[::group]), [0] * (len(inputs) // group), batch)
         size = batch["advantages"].numel() // group
         batch, stats = fill_batch(
             batch, more, group, round(self.dynamic_max_extra * size), self._tokenizer.pad_token_id
         )
+        if self.replay is not None:
+            self.replay.push(found)
+            stats["dynamic/replayed"] = float(replayed)
+            if replayed:
+                stats["dynamic/replayed_informative_frac"] = replayed_useful / replayed
         for key, value in stats.items():
             self._metrics["train"][key].append(value)
         return batch
+
+    def _score_aside(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """`_score`, its logged figures moved under `replay/`: the run's own figures (reward means,
+        frac_reward_zero_std, which the run-health warnings read) stay those of uniformly drawn prompts.
+        Reward error counts stay where they are: a failed verifier is reported wherever it failed."""
+        metrics = self._metrics["train"]
+        before = {key: len(values) for key, values in metrics.items()}
+        scored = self._score(inputs)
+        for key in list(metrics):
+            start = before.get(key, 0)
+            if key.endswith("/errors") or len(metrics[key]) <= start:
+                continue
+            metrics[f"replay/{key}"].extend(metrics[key][start:])
+            del metrics[key][start:]
+            if not metrics[key]:
+                del metrics[key]
+        return scored
 
     def _step_schedules(self, success: dict[str, float]) -> None:
         if self.curriculum is not None and self.success_reward in success:
             before = self.curriculum.level
             level = self.curriculum.update(success[self.success_reward])
             if level != before:
+                if self.replay is not None:
+                    self.replay.clear()  # the previous level's prompts
                 log.info(
                     "curriculum: %s success %.2f over %d steps: %s = %s from step %d",
                     self.success_reward,
