@@ -82,6 +82,29 @@ def test_small_groups_agreeing_as_often_as_chance_is_not_a_collapse():
     assert "entropy_collapse" in feed(HealthMonitor(window=3, group_size=4), [stuck] * 6)
 
 
+def test_groups_agreeing_in_success_are_learning_and_in_failure_a_collapse():
+    # Measured on the default task mid-run: entropy 0.02-0.05, 60-75% of groups of 4 identical, held-out
+    # accuracy still rising; most of the identical groups were all right.
+    learning = {
+        **HEALTHY,
+        "entropy": 0.03,
+        "frac_reward_zero_std": 0.7,
+        "rewards/correctness/mean": 0.75,
+        "rewards/correctness/groups_all_fail": 0.08,
+    }
+    assert feed(HealthMonitor(window=3, group_size=4), [learning] * 6) == []
+    # The stalled countdown run (16-18% held out at every evaluation): >= 73% of groups of 8 all wrong.
+    stalled = {**learning, "frac_reward_zero_std": 0.97, "rewards/correctness/mean": 0.2}
+    stalled["rewards/correctness/groups_all_fail"] = 0.75
+    assert "entropy_collapse" in feed(HealthMonitor(window=3, group_size=8), [stalled] * 6)
+    monitor = HealthMonitor(window=3, group_size=4)
+    feed(monitor, [{**learning, "rewards/correctness/groups_all_fail": 0.4}] * 3)
+    assert "40% of groups had every completion wrong" in monitor.warnings[0].message
+    # All wrong as often as chance at that success rate: too hard (no_signal says so), not a collapse.
+    hard = {**learning, "rewards/correctness/mean": 0.1, "rewards/correctness/groups_all_fail": 0.7}
+    assert "entropy_collapse" not in feed(HealthMonitor(window=3, group_size=4), [hard] * 6)
+
+
 def test_at_most_once_per_condition_per_window_then_a_short_note():
     bad = {**HEALTHY, "entropy": 0.0, "frac_reward_zero_std": 0.6}
     monitor = HealthMonitor(window=4)

@@ -216,5 +216,9 @@ def test_adaptive_weights_change_the_advantages_weights_and_are_logged(tiny_mode
     trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
     assert trainer.reward_weights.tolist() == [0.5, 0.5]
     assert trainer._metrics["train"]["weights/tests.test_schedules.always_right"] == [0.5]
+    # Each reward's share of groups with no completion above 0: none for the always-right reward, every
+    # group for the format reward (a random model never writes the tags).
+    assert trainer._metrics["train"]["rewards/tests.test_schedules.always_right/groups_all_fail"] == [0.0]
+    assert trainer._metrics["train"]["rewards/format/groups_all_fail"] == [1.0]
     state = trainer._schedule_state()
     assert state["adaptive"]["weights"]["tests.test_schedules.always_right"] == 0.5

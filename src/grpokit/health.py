@@ -134,19 +134,25 @@ class HealthMonitor:
                 )
         entropy = now.get("entropy")
         # Low mean entropy alone is normal for answers that are mostly template (tags, fixed wording) with a
-        # few uncertain tokens: measured 0.03-0.06 nats per token on the default task while every group's
-        # rewards still differed. It is a collapse when the groups agree too: in at least half of them, and more
-        # often than independent draws at the window's success rate would (chance_agreement, plus 0.15 for the
-        # noise of ~40 groups in a window; groups of 4 at 85% success agree 52% of the time by chance). Not when
-        # they agree because nearly every completion is right (a policy that has learned the task is sure of
-        # itself; no_signal says "too easy" when that leaves no groups to learn from).
+        # few uncertain tokens: measured 0.02-0.06 nats per token on the default task while held-out accuracy
+        # still rose. It is a collapse when the groups agree in failure: every completion of a problem wrong,
+        # in a quarter of the groups or more, and more often than independent draws at the window's success
+        # rate would leave a group (chance_all_fail, plus 0.15 for the noise of ~40 groups in a window). Groups
+        # that agree in success are what learning leaves (a policy that has learned a problem is sure of it).
+        # Logs without the per-group figure (grpokit logs rewards/<name>/groups_all_fail) fall back to any
+        # agreement beyond chance, which counts learned problems too.
         solved = correct is not None and correct >= 0.9
-        agreeing = zero_std is None or zero_std >= max(0.5, chance_agreement(correct, self.group_size) + 0.15)
-        if entropy is not None and entropy < 0.05 and agreeing and not solved:
-            agree = "" if zero_std is None else f" and {100 * zero_std:.0f}% of groups had identical rewards"
+        failing = _find(now, "correctness", "/groups_all_fail")
+        if failing is not None:
+            stuck = failing >= max(0.25, chance_all_fail(correct, self.group_size) + 0.15)
+            how = f" and {100 * failing:.0f}% of groups had every completion wrong"
+        else:
+            stuck = zero_std is None or zero_std >= max(0.5, chance_agreement(correct, self.group_size) + 0.15)
+            how = "" if zero_std is None else f" and {100 * zero_std:.0f}% of groups had identical rewards"
+        if entropy is not None and entropy < 0.05 and stuck and not solved:
             yield (
                 "entropy_collapse",
-                f"policy entropy is {entropy:.3f} nats per token{agree}: sampling has become nearly deterministic, "
+                f"policy entropy is {entropy:.3f} nats per token{how}: sampling has become nearly deterministic, "
                 "so the group's completions agree and learning stops. Lower the learning rate, raise "
                 "grpo.temperature, or add a KL penalty (grpo.beta).",
                 f"entropy {entropy:.3f} nats per token",
@@ -201,9 +207,22 @@ def chance_agreement(success: float | None, group_size: int | None) -> float:
     return p**group_size + (1 - p) ** group_size
 
 
-def _find(metrics: dict[str, float], reward: str) -> float | None:
-    """The mean of the first reward whose name starts with `reward` (format, format_lenient, ...), or None."""
+def chance_all_fail(success: float | None, group_size: int | None) -> float:
+    """The share of groups with every completion wrong when each is right with probability `success` on
+    its own: (1-p)^G. 0 when either is unknown.
+
+    >>> round(chance_all_fail(0.5, 4), 4), chance_all_fail(None, 4)
+    (0.0625, 0.0)
+    """
+    if success is None or not group_size:
+        return 0.0
+    return (1 - min(max(success, 0.0), 1.0)) ** group_size
+
+
+def _find(metrics: dict[str, float], reward: str, suffix: str = "/mean") -> float | None:
+    """The `suffix` figure of the first reward whose name starts with `reward` (format, format_lenient, ...),
+    or None."""
     for key in sorted(metrics):
-        if key.startswith(f"rewards/{reward}") and key.endswith("/mean"):
+        if key.startswith(f"rewards/{reward}") and key.endswith(suffix):
             return metrics[key]
     return None

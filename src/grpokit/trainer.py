@@ -279,6 +279,9 @@ class GrpoTrainer(GRPOTrainer):
         if excluding:
             failed = torch.isnan(rewards_per_func[:, excluding]).any(dim=1)
             rewards_per_func[failed] = torch.nan
+        mode = "train" if self.model.training else "eval"
+        for name, share in groups_all_failing(rewards_per_func, self.num_generations, self.reward_func_names).items():
+            self._metrics[mode][f"rewards/{name}/groups_all_fail"].append(share)
         return rewards_per_func
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
@@ -481,6 +484,21 @@ class GrpoTrainer(GRPOTrainer):
             removed = (mask * truncated.unsqueeze(1)).sum()
             batch["completion_mask"] = mask * (~truncated).unsqueeze(1).to(mask.dtype)
             batch["num_items_in_batch"] = batch["num_items_in_batch"] - self.accelerator.gather(removed).sum()
+
+
+def groups_all_failing(rewards: torch.Tensor, group: int, names: list[str]) -> dict[str, float]:
+    """[B, F] rewards (groups of `group` rows in a row) -> each reward's share of groups in which no
+    completion scored above 0 (unscorable rows count as failing). Groups that agree in failure are what a
+    collapse leaves; groups that agree in success are what learning leaves.
+
+    >>> groups_all_failing(torch.tensor([[0.0], [0.0], [1.0], [0.0]]), 2, ["correctness"])
+    {'correctness': 0.5}
+    """
+    if rewards.numel() == 0 or rewards.size(0) % group:
+        return {}
+    passed = torch.nan_to_num(rewards, nan=0.0).view(-1, group, rewards.size(1)) > 0  # [groups, G, F]
+    shares = (~passed.any(dim=1)).float().mean(dim=0)
+    return {name: float(share) for name, share in zip(names, shares.tolist(), strict=True)}
 
 
 def _as_ids(value: int | list[int] | None) -> list[int]:
