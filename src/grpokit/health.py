@@ -203,8 +203,7 @@ def chance_agreement(success: float | None, group_size: int | None) -> float:
     """
     if success is None or not group_size:
         return 0.0
-    p = min(max(success, 0.0), 1.0)
-    return p**group_size + (1 - p) ** group_size
+    return min(max(success, 0.0), 1.0) ** group_size + chance_all_fail(success, group_size)
 
 
 def chance_all_fail(success: float | None, group_size: int | None) -> float:

@@ -392,6 +392,8 @@ class GrpoTrainer(GRPOTrainer):
         replayed = replayed_useful = 0
 
         def note(rows: list[dict[str, Any]], tries: list[int], scored: dict[str, Any]) -> list[bool]:
+            if self.replay is None:  # nothing to queue
+                return []
             useful = informative_groups(scored["advantages"], group).tolist()
             found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
             return useful
