@@ -55,6 +55,48 @@ def test_ground_truth_follows_precedence(nums, ops, value):
     assert steps[-1].endswith(f"= {value}.")
 
 
+@pytest.mark.parametrize(
+    ("nums", "ops", "mode", "steps"),
+    [
+        ([6, 9, 6], ["*", "+"], "carries", ["6 * 9 = 54.", "4 + 6 = 10.", "50 + 10 = 60."]),
+        ([7, 6, 9], ["+", "*"], "carries", ["6 * 9 = 54.", "4 + 7 = 11.", "50 + 11 = 61."]),  # the digit first
+        ([3, 6, 9], ["+", "*"], "carries", ["6 * 9 = 54.", "3 + 54 = 57."]),  # no carry: one step
+        ([3, 6, 9], ["+", "*"], "all", ["6 * 9 = 54.", "4 + 3 = 7.", "50 + 7 = 57."]),
+        ([3, 6, 9], ["+", "*"], "none", ["6 * 9 = 54.", "3 + 54 = 57."]),
+        ([6, 9, 6], ["*", "+"], "none", ["6 * 9 = 54.", "54 + 6 = 60."]),
+        ([10, 6, 9], ["+", "*"], "all", ["6 * 9 = 54.", "10 + 54 = 64."]),  # no digit: one step
+        ([2, 3, 4], ["+", "*"], "all", ["3 * 4 = 12.", "2 + 2 = 4.", "10 + 4 = 14."]),
+        ([8, 5, 2], ["-", "*"], "all", ["5 * 2 = 10.", "8 - 10 = -2."]),  # subtraction is never split
+    ],
+)
+def test_split_sums_write_the_units_then_the_tens(nums, ops, mode, steps):
+    written, value = solve(nums, ops, split_sums=mode)
+    assert written == steps
+    assert value == solve(nums, ops)[1]
+
+
+def test_split_sum_demonstrations_earn_every_step():
+    """With split carries the `steps` reward wants the split: the sum written whole earns only the product."""
+    from grpokit.rewards import make_reward
+
+    task = build_task("arithmetic", {"split_sums": "carries"})
+    reward = make_reward("steps", task)
+    rows = task.dataset("eval", 100)
+    split = [row for row in rows if len(row["steps"]) == 3]
+    assert split and len(split) < len(rows)  # some problems carry, some do not
+    for row in rows:
+        assert reward(task.demonstration(row), row) == 1.0
+        assert task.score(task.demonstration(row), row) == 1.0
+    row = split[0]
+    product = int(row["steps"][0].split("=")[1].rstrip("."))
+    whole = (
+        f"<think>{row['steps'][0]} {product} + {row['answer'] - product} = {row['answer']}.</think>"
+        f"<answer>{row['answer']}</answer>"
+    )
+    assert task.score(whole, row) == 1.0
+    assert reward(whole, row) == pytest.approx(1 / 3)
+
+
 def test_demonstration_scores_and_is_strict(task):
     from grpokit.parsing import is_strict_format
 
@@ -105,6 +147,7 @@ def test_score(task, completion, score):
         {"operators": []},
         {"eval_fraction": 0.0},
         {"operands": 2, "operators": ["+", "*"]},
+        {"split_sums": True},
     ],
 )
 def test_bad_config_is_rejected(params):

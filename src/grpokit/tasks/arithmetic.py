@@ -21,6 +21,7 @@ from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, split_of
 
 OPERATORS = ("+", "-", "*")
+SPLIT_SUMS = ("none", "carries", "all")
 _MAX_DRAWS = 1000  # a split of a tiny problem space may be empty: fail instead of spinning
 _INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only: int() would also accept '３' or '٣'
 
@@ -33,6 +34,10 @@ class ArithmeticConfig:
     operators: list[str] = field(default_factory=lambda: ["+", "*"])
     # Each problem uses every operator at least once (3 operands, + and *: exactly a+b*c or a*b+c).
     all_operators: bool = True
+    # How worked steps write a sum of a number >= 10 and a digit: "none" in one step (`54 + 6 = 60.`),
+    # "carries" in two when the units carry (`4 + 6 = 10. 50 + 10 = 60.`: the units, then the tens), "all"
+    # in two always (`4 + 3 = 7. 50 + 7 = 57.` too). The demonstrations and the `steps` reward follow it.
+    split_sums: str = "none"
     # Share of the problem space held out for evaluation; training never draws from it.
     eval_fraction: float = 0.2
     seed: int = 0
@@ -49,6 +54,10 @@ class ArithmeticConfig:
             raise ValueError(f"operators={self.operators}; choose from {list(OPERATORS)}")
         if self.all_operators and len(set(self.operators)) > self.operands - 1:
             raise ValueError(f"all_operators needs operands-1 >= {len(set(self.operators))} distinct operators")
+        if not isinstance(self.all_operators, bool):
+            raise ValueError(f"all_operators={self.all_operators!r}; use true or false")
+        if self.split_sums not in SPLIT_SUMS:
+            raise ValueError(f"split_sums={self.split_sums!r}; use one of {', '.join(SPLIT_SUMS)}")
         if not 0.0 < self.eval_fraction < 1.0:
             raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
 
@@ -78,7 +87,7 @@ class ArithmeticTask(Task):
                 f"no {split} problem found in {_MAX_DRAWS} draws: the problem space of {cfg} is too "
                 "small to split; widen min_value..max_value or add operands"
             )
-        steps, value = solve(nums, ops)
+        steps, value = solve(nums, ops, split_sums=cfg.split_sums)
         return {"question": f"What is {expression}?", "expression": expression, "answer": value, "steps": steps}
 
     def score(self, completion: str, example: Example) -> float:
@@ -100,8 +109,15 @@ class ArithmeticTask(Task):
         return f"{t.think_open}{steps}{t.think_close}{t.answer_open}{example['answer']}{t.answer_close}"
 
 
-def solve(nums: list[int], ops: list[str]) -> tuple[list[str], int]:
-    """Evaluate with the usual precedence, recording each step as `x op y = z.`"""
+def solve(nums: list[int], ops: list[str], split_sums: str = "none") -> tuple[list[str], int]:
+    """Evaluate with the usual precedence, recording each step as `x op y = z.`
+
+    `split_sums` writes a sum of a number >= 10 and a digit as two steps (see `split_sum`): "carries"
+    when its units carry, "all" always; the value is the same.
+
+    >>> solve([6, 9, 6], ["*", "+"], split_sums="carries")
+    (['6 * 9 = 54.', '4 + 6 = 10.', '50 + 10 = 60.'], 60)
+    """
     nums, ops, steps = list(nums), list(ops), []
     while "*" in ops:  # multiplications first, left to right
         i = ops.index("*")
@@ -112,9 +128,31 @@ def solve(nums: list[int], ops: list[str]) -> tuple[list[str], int]:
     total = nums[0]
     for op, num in zip(ops, nums[1:], strict=True):
         result = total + num if op == "+" else total - num
-        steps.append(f"{total} {op} {_term(num)} = {result}.")
+        split = None
+        if split_sums != "none" and op == "+":
+            split = split_sum(total, num, carries_only=split_sums == "carries")
+        steps += split or [f"{total} {op} {_term(num)} = {result}."]
         total = result
     return steps, total
+
+
+def split_sum(x: int, y: int, carries_only: bool = False) -> list[str] | None:
+    """`x + y` as the units' sum, then the tens plus it, when one term is a digit and the other is not.
+
+    >>> split_sum(54, 7)
+    ['4 + 7 = 11.', '50 + 11 = 61.']
+    >>> split_sum(8, 28)  # either order
+    ['8 + 8 = 16.', '20 + 16 = 36.']
+    >>> split_sum(54, 3)
+    ['4 + 3 = 7.', '50 + 7 = 57.']
+    >>> split_sum(54, 3, carries_only=True) is None  # no carry: one step
+    True
+    """
+    big, digit = (x, y) if y < 10 else (y, x)
+    if not (0 <= digit < 10 <= big) or (carries_only and big % 10 + digit < 10):
+        return None
+    units, tens = big % 10, big - big % 10
+    return [f"{units} + {digit} = {units + digit}.", f"{tens} + {units + digit} = {big + digit}."]
 
 
 def _render(nums: list[int], ops: list[str]) -> str:
