@@ -58,6 +58,37 @@ def test_trends_format_up_correctness_flat_and_length():
     assert "length_explosion" in feed(HealthMonitor(window=3, max_completion_length=128), growing)
 
 
+def falling(correctness, reward):
+    return [{**HEALTHY, "rewards/correctness/mean": c, "reward": r} for c, r in zip(correctness, reward, strict=True)]
+
+
+def test_correctness_falling_while_the_reward_holds_is_reward_hacking():
+    """The measured case: right answers 0.12 -> 0, the total reward held by format and partial credit."""
+    monitor = HealthMonitor(window=3)
+    steps = falling([0.12] * 3 + [0.05, 0.01, 0.0, 0.0], [0.68] * 3 + [0.66, 0.66, 0.67, 0.7])
+    assert "correctness_falling" in feed(monitor, steps)
+    warning = next(w for w in monitor.warnings if w.condition == "correctness_falling")
+    assert "reward hacking" in warning.message and "from 0.12" in warning.message
+
+
+def test_correctness_falling_with_the_reward_is_unlearning():
+    monitor = HealthMonitor(window=3)
+    assert "correctness_falling" in feed(monitor, falling([0.8] * 3 + [0.2] * 3, [1.6] * 3 + [0.9] * 3))
+    assert "unlearning" in next(w for w in monitor.warnings if w.condition == "correctness_falling").message
+
+
+@pytest.mark.parametrize(
+    "correctness",
+    [
+        [0.3, 0.35, 0.3] + [0.15] * 6,  # a noisy flat run's best window against a later one: not a third
+        [0.05] * 3 + [0.0] * 6,  # from nearly nothing: a fall of less than 0.1
+        [0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.95, 0.95, 0.9],  # learning
+    ],
+)
+def test_correctness_noise_or_rise_is_not_a_fall(correctness):
+    assert "correctness_falling" not in feed(HealthMonitor(window=3), falling(correctness, [1.0] * len(correctness)))
+
+
 def test_low_entropy_while_groups_still_differ_is_not_a_collapse():
     # Template-heavy answers: 0.03 nats per token on average, yet most groups' rewards differ.
     assert feed(HealthMonitor(window=3), [{**HEALTHY, "entropy": 0.03, "frac_reward_zero_std": 0.2}] * 6) == []

@@ -49,6 +49,7 @@ class HealthMonitor:
         self.path = path
         self.history: deque[dict[str, float]] = deque(maxlen=window)
         self.first: dict[str, float] | None = None  # the first full window, for trends
+        self.best: dict[str, float] | None = None  # the window with the highest correctness so far
         self.last_warned: dict[str, int] = {}
         self.warnings: list[HealthWarning] = []
         self.steps_seen = 0
@@ -63,7 +64,10 @@ class HealthMonitor:
         now = self._mean_window()
         if self.first is None:
             self.first = now
-        for condition, message, figure in self._judge(now, self.first):
+        correct, best = _find(now, "correctness"), _find(self.best or {}, "correctness")
+        if correct is not None and (best is None or correct > best):
+            self.best = now
+        for condition, message, figure in self._judge(now, self.first, self.best or now):
             if self._due(step, condition):
                 found.append(self._warn(step, condition, message, figure))
         return found
@@ -77,9 +81,35 @@ class HealthMonitor:
                 out[key] = sum(values) / len(values)
         return out
 
-    def _judge(self, now: dict[str, float], first: dict[str, float]):
+    def _judge(self, now: dict[str, float], first: dict[str, float], best: dict[str, float]):
         w = self.window
         correct = _find(now, "correctness")
+        # Correctness down to a third of its best window (and by 0.1 or more) while the total reward held: the
+        # other rewards pay for it. Measured: a run whose warm-up left 12% right answers found that equations
+        # moved into <answer> (`<answer>5 + 4 = 9.</answer>`) keep the format and `steps` rewards, and its
+        # sampled correctness went 0.12 -> 0.00 in 15 steps while the reward held at 0.65-0.73 (bench/RESULTS.md
+        # v0.12); warned at step 13, correctness 0.01.
+        # A third, not a half: the best of many noisy windows sits high (a flat countdown run, held-out 16-18%
+        # throughout, had windows between 0.12 and 0.32).
+        corr_best, reward_now, reward_best = _find(best, "correctness"), now.get("reward"), best.get("reward")
+        if None not in (correct, corr_best) and correct <= corr_best / 3 and corr_best - correct >= 0.1:
+            if None not in (reward_now, reward_best) and reward_now >= reward_best - 0.05:
+                why = (
+                    f"while the total reward stayed at {reward_now:.2f} (best window: {reward_best:.2f}): the other "
+                    "rewards pay for wrong answers (reward hacking). Look at recent completions, give partial credit "
+                    "less weight than correctness or pay it only with a right answer, and keep the last checkpoint "
+                    "from before the fall"
+                )
+            else:
+                why = (
+                    "and the total reward with it: the policy is unlearning. Lower the learning rate or add a KL "
+                    "penalty (grpo.beta), and keep the last checkpoint from before the fall"
+                )
+            yield (
+                "correctness_falling",
+                f"sampled correctness fell to {correct:.2f} from {corr_best:.2f} at its best over {w} steps, {why}.",
+                f"correctness {correct:.2f} (best {corr_best:.2f})",
+            )
         zero_std = now.get("frac_reward_zero_std")
         if zero_std is not None and zero_std >= 0.9:
             if correct is not None and correct <= 0.05:
