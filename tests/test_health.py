@@ -89,6 +89,17 @@ def test_correctness_noise_or_rise_is_not_a_fall(correctness):
     assert "correctness_falling" not in feed(HealthMonitor(window=3), falling(correctness, [1.0] * len(correctness)))
 
 
+def test_a_curriculum_level_up_starts_a_new_best():
+    """Harder problems after a level change lower correctness by design: judged against the new level only."""
+    steps = falling([0.9] * 4 + [0.2] * 6, [1.8] * 4 + [0.6] * 6)
+    for i, step in enumerate(steps):
+        step["curriculum/level"] = 0 if i < 4 else 1
+    assert "correctness_falling" not in feed(HealthMonitor(window=3), steps)
+    for step in steps:
+        del step["curriculum/level"]
+    assert "correctness_falling" in feed(HealthMonitor(window=3), steps)  # the same figures without a level
+
+
 def test_low_entropy_while_groups_still_differ_is_not_a_collapse():
     # Template-heavy answers: 0.03 nats per token on average, yet most groups' rewards differ.
     assert feed(HealthMonitor(window=3), [{**HEALTHY, "entropy": 0.03, "frac_reward_zero_std": 0.2}] * 6) == []

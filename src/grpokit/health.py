@@ -50,6 +50,8 @@ class HealthMonitor:
         self.history: deque[dict[str, float]] = deque(maxlen=window)
         self.first: dict[str, float] | None = None  # the first full window, for trends
         self.best: dict[str, float] | None = None  # the window with the highest correctness so far
+        self.level: float | None = None  # the curriculum level (`curriculum/level`); a new one starts a new best
+        self.level_since = 0  # steps_seen when that level began
         self.last_warned: dict[str, int] = {}
         self.warnings: list[HealthWarning] = []
         self.steps_seen = 0
@@ -58,6 +60,9 @@ class HealthMonitor:
         """Take one logged GRPO step; return the warnings it raises (also logged and saved)."""
         self.history.append({k: float(v) for k, v in logs.items() if isinstance(v, int | float)})
         self.steps_seen += 1
+        level = logs.get("curriculum/level")
+        if level is not None and level != self.level:  # harder problems: correctness falls by design
+            self.level, self.level_since, self.best = level, self.steps_seen, None
         found = [self._warn(step, *found) for found in self._errors(logs) if self._due(step, found[0])]
         if len(self.history) < self.window:
             return found
@@ -65,7 +70,8 @@ class HealthMonitor:
         if self.first is None:
             self.first = now
         correct, best = _find(now, "correctness"), _find(self.best or {}, "correctness")
-        if correct is not None and (best is None or correct > best):
+        one_level = self.steps_seen - self.level_since + 1 >= self.window  # the window holds one level's steps
+        if correct is not None and one_level and (best is None or correct > best):
             self.best = now
         for condition, message, figure in self._judge(now, self.first, self.best or now):
             if self._due(step, condition):
