@@ -69,14 +69,19 @@ class HealthMonitor:
         now = self._mean_window()
         if self.first is None:
             self.first = now
-        correct, best = _find(now, "correctness"), _find(self.best or {}, "correctness")
-        one_level = self.steps_seen - self.level_since + 1 >= self.window  # the window holds one level's steps
-        if correct is not None and one_level and (best is None or correct > best):
-            self.best = now
+        self._track_best(now)
         for condition, message, figure in self._judge(now, self.first, self.best or now):
             if self._due(step, condition):
                 found.append(self._warn(step, condition, message, figure))
         return found
+
+    def _track_best(self, now: dict[str, float]) -> None:
+        """Keep the window with the highest correctness, among windows that hold one curriculum level's steps."""
+        if self.steps_seen - self.level_since + 1 < self.window:
+            return
+        correct, best = _find(now, "correctness"), _find(self.best or {}, "correctness")
+        if correct is not None and (best is None or correct > best):
+            self.best = now
 
     def _mean_window(self) -> dict[str, float]:
         keys = set().union(*self.history)

@@ -52,10 +52,10 @@ class ArithmeticConfig:
         bad = [op for op in self.operators if op not in OPERATORS]
         if bad or not self.operators:
             raise ValueError(f"operators={self.operators}; choose from {list(OPERATORS)}")
-        if self.all_operators and len(set(self.operators)) > self.operands - 1:
-            raise ValueError(f"all_operators needs operands-1 >= {len(set(self.operators))} distinct operators")
         if not isinstance(self.all_operators, bool):
             raise ValueError(f"all_operators={self.all_operators!r}; use true or false")
+        if self.all_operators and len(set(self.operators)) > self.operands - 1:
+            raise ValueError(f"all_operators needs operands-1 >= {len(set(self.operators))} distinct operators")
         if self.split_sums not in SPLIT_SUMS:
             raise ValueError(f"split_sums={self.split_sums!r}; use one of {', '.join(SPLIT_SUMS)}")
         if not 0.0 < self.eval_fraction < 1.0:
@@ -128,16 +128,15 @@ def solve(nums: list[int], ops: list[str], split_sums: str = "none") -> tuple[li
     total = nums[0]
     for op, num in zip(ops, nums[1:], strict=True):
         result = total + num if op == "+" else total - num
-        split = None
-        if split_sums != "none" and op == "+":
-            split = split_sum(total, num, carries_only=split_sums == "carries")
+        split = split_sum(total, num, split_sums) if op == "+" else None
         steps += split or [f"{total} {op} {_term(num)} = {result}."]
         total = result
     return steps, total
 
 
-def split_sum(x: int, y: int, carries_only: bool = False) -> list[str] | None:
-    """`x + y` as the units' sum, then the tens plus it, when one term is a digit and the other is not.
+def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
+    """`x + y` as the units' sum, then the tens plus it, when one term is a digit and the other is not
+    (`mode` "all"), only when the units carry ("carries"), or never ("none": None, one step).
 
     >>> split_sum(54, 7)
     ['4 + 7 = 11.', '50 + 11 = 61.']
@@ -145,11 +144,11 @@ def split_sum(x: int, y: int, carries_only: bool = False) -> list[str] | None:
     ['8 + 8 = 16.', '20 + 16 = 36.']
     >>> split_sum(54, 3)
     ['4 + 3 = 7.', '50 + 7 = 57.']
-    >>> split_sum(54, 3, carries_only=True) is None  # no carry: one step
+    >>> split_sum(54, 3, "carries") is None  # no carry: one step
     True
     """
     big, digit = (x, y) if y < 10 else (y, x)
-    if not (0 <= digit < 10 <= big) or (carries_only and big % 10 + digit < 10):
+    if mode == "none" or not (0 <= digit < 10 <= big) or (mode == "carries" and big % 10 + digit < 10):
         return None
     units, tens = big % 10, big - big % 10
     return [f"{units} + {digit} = {units + digit}.", f"{tens} + {units + digit} = {big + digit}."]
