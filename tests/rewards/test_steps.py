@@ -51,7 +51,7 @@ def test_commuted_operands_count_and_the_thought_only(task):
         ("3 * 8 = 24. 7 + 24 = 31. 1 + 1 = 3.", 0.0),
         ("1 + 1 = 2. 2 * 2 = 4. 10 - 3 = 7.", 0.0),  # true, but not this problem's steps
         ("3 8 24 7 31", 0.0),  # the numbers without equations
-        ("3 * 8 = 24." + " 1 + 1 = 2." * 5000, 0.5),  # 55 KB: cut at MAX_COMPLETION_CHARS, the product counts
+        ("3 * 8 = 24." + " 1 + 1 = 2." * 5000, 0.0),  # 55 KB of padding: more equations than a worked answer
     ],
 )
 def test_gaming_earns_nothing(task, thought, expected):
@@ -68,3 +68,16 @@ def test_digits_touching_an_equation_are_not_read_as_a_shorter_one(task):
 def test_a_task_without_worked_steps_is_refused():
     with pytest.raises(ValueError, match="worked steps"):
         make_reward("steps", build_task("countdown"))
+
+
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all"])
+def test_listing_true_equations_until_one_is_a_step_earns_nothing(split_sums):
+    """Every `a + p` for p up to 100 holds the real sum step; every `u + a` holds a split sum's units step."""
+    task = build_task("arithmetic", {"split_sums": split_sums})
+    reward = make_reward("steps", task)
+    row = next(r for r in task.dataset("eval", 200) if len(r["steps"]) == (2 if split_sums == "none" else 3))
+    product = int(row["steps"][0].split("=")[1].rstrip("."))
+    a = row["answer"] - product
+    listed = [f"{a} + {p} = {a + p}." for p in range(101)] + [f"{u} + {a} = {u + a}." for u in range(10)]
+    assert reward(worked(row, steps=listed), row) == 0.0
+    assert reward(worked(row, steps=row["steps"] + listed[:2]), row) == 1.0  # a few extra true equations: fine

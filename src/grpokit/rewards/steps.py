@@ -4,8 +4,10 @@ For tasks whose problems carry their worked solution as `x op y = z.` lines (`ex
 arithmetic task's): a completion earns the share of those steps it writes, as an equation with the same
 operands (either order for `+` and `*`) and the right result, before `</think>`. Any false equation in
 the thought scores 0, so listing candidate results (`3 * 8 = 23, 3 * 8 = 24, ...`) earns nothing, and
-true equations that are not steps of this problem earn nothing either. Equations are checked with integer
-arithmetic on the parsed digits; the text is never evaluated.
+true equations that are not steps of this problem earn nothing either. Nor does listing true equations
+until one is a step (`7 + 20 = 27. 7 + 21 = 28. ...` for `7 + 24`, or every units sum `0 + 7 = 7 ...`
+when the task splits its sums): a thought with more than `2 * steps + 2` equations scores 0. Equations
+are checked with integer arithmetic on the parsed digits; the text is never evaluated.
 
 Why: a correctness reward is all or nothing, so a policy that writes no working (the R1-zero failure of
 `4</think><answer>10</answer>`) and one that gets the product right but the sum wrong look the same.
@@ -85,7 +87,7 @@ def make_steps(task: Task) -> Reward:
         text = completion[:MAX_COMPLETION_CHARS]
         thought = text.split(tags.think_close, 1)[0] if tags.think_close in text else text.split(tags.answer_open)[0]
         written = equations(thought)
-        if not all(is_true(step) for step in written):
+        if len(written) > 2 * len(wanted) + 2 or not all(is_true(step) for step in written):
             return 0.0
         done = sum(any(same_step(w, step) for w in written) for step in wanted)
         return done / len(wanted)
