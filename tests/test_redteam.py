@@ -6,6 +6,7 @@ from grpokit.cli import main
 from grpokit.parsing import Tags
 from grpokit.redteam import battery, check
 from grpokit.rewards import make_reward
+from grpokit.rewards.steps import equations
 from grpokit.tasks import TASKS, build_task
 from tests.data_files import build_test_task
 
@@ -134,3 +135,19 @@ def test_rewards_check_reads_each_stage_s_own_rewards(tmp_path, capsys):
     assert main(["rewards", "check", str(path), "--n", "1"]) == 1
     out = capsys.readouterr().out
     assert "stage grpo: 100 KB completion" in out
+
+
+def test_worked_step_rewards_pay_nothing_for_listed_equations():
+    """Listing `x + p = ...` for every p holds the real step: `steps` and `steps_attempted` cap the count."""
+    task = build_task("arithmetic")
+    rewards = [(name, 1.0, make_reward(name, task)) for name in ("steps", "steps_attempted", "correctness")]
+    assert check(task, rewards, task.dataset("eval", 3)) == []
+
+    def uncapped(completion, example):  # the share of steps written right, however many equations
+        written = set(equations(completion.split("</think>")[0]))
+        wanted = [step for line in example["steps"] for step in equations(line)]
+        return sum(step in written for step in wanted) / len(wanted)
+
+    findings = check(task, [("uncapped", 1.0, uncapped)], task.dataset("eval", 2))
+    assert {f.case for f in findings} == {"true equations listed until one is a step"}
+

@@ -81,3 +81,42 @@ def test_listing_true_equations_until_one_is_a_step_earns_nothing(split_sums):
     listed = [f"{a} + {p} = {a + p}." for p in range(101)] + [f"{u} + {a} = {u + a}." for u in range(10)]
     assert reward(worked(row, steps=listed), row) == 0.0
     assert reward(worked(row, steps=row["steps"] + listed[:2]), row) == 1.0  # a few extra true equations: fine
+
+
+@pytest.mark.parametrize(
+    ("thought", "expected"),
+    [
+        ("7 + 3 * 8 = 7 + 24 = 31", 1.0),  # the problem kept whole and worked down: both steps
+        ("7 + 3*8 = 7 + 24", 0.5),  # the product done in the line, the sum not written
+        ("7 + 3 * 8 = 31", 0.0),  # true, but no step shown (read before as `3 * 8 = 31`, false: also 0)
+        ("7 + 3 * 8 = 7 + 25 = 32", 0.0),  # a line whose sides differ is a false equation
+        ("7 + 3 * 8 = 10 * 8 = 80", 0.0),  # the sum done first: the sides differ
+        ("7 + 3 * 8 = 7 + 24. 7 + 24 = 31.", 1.0),
+    ],
+)
+def test_a_line_that_works_the_problem_down_is_read_as_its_steps(task, thought, expected):
+    """`7 + 3 * 8 = 7 + 24` holds the step `3 * 8 = 24`; read link by link it held `3 * 8 = 7`, a false
+    equation that zeroed the untouched model's best thoughts (`4 + 1 * 5 = 4 + 5 = 9` scored 0)."""
+    row = {"steps": ["3 * 8 = 24.", "7 + 24 = 31."], "answer": 31}
+    assert make_reward("steps", task)(f"<think>{thought}</think><answer>31</answer>", row) == expected
+
+
+@pytest.mark.parametrize(
+    ("thought", "expected"),
+    [
+        ("3 * 8 = 24. 7 + 24 = 31.", 1.0),
+        ("8 x 3 = 25. 7 + 25 = 32.", 0.5),  # the product set out (wrong); the sum of a wrong product is not a step
+        ("7 + 3 * 8 = 7 + 24 = 30", 1.0),  # both set out in a worked line, the last result wrong
+        ("7 + 3 * 8 = 31", 0.0),  # a guess: nothing set out
+        ("I will multiply 3 and 8 first.", 0.0),  # words are not an equation
+        ("3 * 8 = 1. 3 * 8 = 2. 3 * 8 = 3. 3 * 8 = 4. 3 * 8 = 5. 3 * 8 = 6. 3 * 8 = 7.", 0.0),  # padding
+    ],
+)
+def test_steps_attempted_pays_for_setting_out_a_step_right_or_wrong(task, thought, expected):
+    row = {"steps": ["3 * 8 = 24.", "7 + 24 = 31."], "answer": 31}
+    assert make_reward("steps_attempted", task)(f"<think>{thought}</think><answer>0</answer>", row) == expected
+
+
+def test_steps_attempted_needs_worked_steps():
+    with pytest.raises(ValueError, match="steps_attempted.*worked steps"):
+        make_reward("steps_attempted", build_task("countdown"))

@@ -6,8 +6,13 @@ operands (either order for `+` and `*`) and the right result, before `</think>`.
 the thought scores 0, so listing candidate results (`3 * 8 = 23, 3 * 8 = 24, ...`) earns nothing, and
 true equations that are not steps of this problem earn nothing either. Nor does listing true equations
 until one is a step (`7 + 20 = 27. 7 + 21 = 28. ...` for `7 + 24`, or every units sum `0 + 7 = 7 ...`
-when the task splits its sums): a thought with more than `2 * steps + 2` equations scores 0. Equations
-are checked with integer arithmetic on the parsed digits; the text is never evaluated.
+when the task splits its sums): a thought with more than `2 * steps + 2` equations scores 0. A line that
+keeps the problem whole and works it down (`7 + 3 * 8 = 7 + 24 = 31`) is read as the steps it does, and
+its sides must be equal; `3 * 8 = 7` is not read out of it. Equations are checked with integer
+arithmetic on the parsed digits; the text is never evaluated.
+
+`steps_attempted` pays the share of steps set out in the thought whatever their results: shaping for
+a first R1-zero stage, where right steps are too rare to learn from.
 
 Why: a correctness reward is all or nothing, so a policy that writes no working (the R1-zero failure of
 `4</think><answer>10</answer>`) and one that gets the product right but the sum wrong look the same.
@@ -22,15 +27,25 @@ from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.base import Task
 
 _TERM = r"\(-[0-9]{1,12}\)|[0-9]{1,12}"
+_OP = r"[-+*×x−]"
+_MORE = rf"\s*{_OP}\s*(?:{_TERM})"  # one more operation of an expression
 # A lookahead finds overlapping equations, so a chain `3 * 8 = 24 + 7 = 31` is read as both of its links;
 # no digit may touch either end, so `34 * 8 = 272` is not also read as `4 * 8 = 272`.
-_EQUATION = re.compile(rf"(?<![0-9)])(?=({_TERM})\s*([-+*×x−])\s*({_TERM})\s*=\s*(-?[0-9]{{1,24}})(?![0-9]))")
+_EQUATION = re.compile(rf"(?<![0-9)])(?=({_TERM})\s*({_OP})\s*({_TERM})\s*=\s*(-?[0-9]{{1,24}})(?![0-9]))")
+# A longer line that keeps the problem whole and works it down, `4 + 1 * 5 = 4 + 5`: an expression of 2 to
+# 8 operations equated to another of up to 8.
+_LINE = re.compile(rf"(?<![0-9)])(?=((?:{_TERM})(?:{_MORE}){{2,8}})\s*=\s*((?:{_TERM})(?:{_MORE}){{0,8}})(?![0-9]))")
+_PART = re.compile(rf"({_TERM})|({_OP})")
+# An `x op y` right after `n op` is the tail of a longer expression (`1 * 5` in `4 + 1 * 5 = 4 + 5`), not
+# the left side of an equation.
+_CONTINUES_LEFT = re.compile(rf"[0-9)]\s*{_OP}\s*$")
 _OPERATOR = {"+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "x": "*"}
 Step = tuple[int, str, int, int]
+Expression = tuple[tuple[int, ...], tuple[str, ...]]  # its terms, and the operators between them
 
 
 def equations(text: str) -> list[Step]:
-    """Every `x op y = z` in `text`, operators normalised to + - *.
+    """Every `x op y = z` in `text` that is a whole equation, operators normalised to + - *.
 
     >>> equations("First 3 × 8 = 24, then 7 + 24 = 31.")
     [(3, '*', 8, 24), (7, '+', 24, 31)]
@@ -38,12 +53,65 @@ def equations(text: str) -> list[Step]:
     [(3, '*', 8, 24), (24, '+', 7, 31)]
     >>> equations("(-3) - 2 = -5; 34 * 8 = 272")
     [(-3, '-', 2, -5), (34, '*', 8, 272)]
+    >>> equations("4 + 1 * 5 = 4 + 5 = 9")  # `1 * 5 = 4` is not read out of the longer line
+    [(4, '+', 5, 9)]
     """
     found = []
     for match in _EQUATION.finditer(text):
-        left, op, right, result = match.groups()
-        found.append((_int(left), _OPERATOR[op], _int(right), int(result)))
+        if not _continues_left(text, match.start()):
+            left, op, right, result = match.groups()
+            found.append((_int(left), _OPERATOR[op], _int(right), int(result)))
     return found
+
+
+def longer_lines(text: str) -> list[tuple[Expression, Expression]]:
+    """Every `expression = expression` in `text` whose left side has 2 to 8 operations.
+
+    >>> longer_lines("4 + 1 * 5 = 4 + 5 = 9")
+    [(((4, 1, 5), ('+', '*')), ((4, 5), ('+',)))]
+    """
+    return [
+        (_parse(match.group(1)), _parse(match.group(2)))
+        for match in _LINE.finditer(text)
+        if not _continues_left(text, match.start())
+    ]
+
+
+def value(expression: Expression) -> int:
+    """The value of a flat expression, products first.
+
+    >>> value(((4, 1, 5), ("+", "*")))
+    9
+    """
+    terms, ops = expression
+    total, product = 0, terms[0]
+    sign = 1
+    for op, term in zip(ops, terms[1:], strict=True):
+        if op == "*":
+            product *= term
+        else:
+            total += sign * product
+            sign, product = (1 if op == "+" else -1), term
+    return total + sign * product
+
+
+def step_done(left: Expression, right: Expression) -> Step | None:
+    """The one operation `right` does to `left` (`4 + 1 * 5` -> `4 + 5`: `1 * 5 = 5`), else None.
+
+    >>> step_done(((4, 1, 5), ("+", "*")), ((4, 5), ("+",)))
+    (1, '*', 5, 5)
+    >>> step_done(((4, 1, 5), ("+", "*")), ((9,), ()))  # two at once
+    """
+    terms, ops = left
+    for k, op in enumerate(ops):
+        neighbours = ops[max(k - 1, 0) : k + 2]
+        if op != "*" and ("*" in neighbours or (k > 0 and ops[k - 1] == "-")):
+            continue  # a sum done before a product next to it, or `a - b + c` as `a - (b + c)`
+        x, y = terms[k], terms[k + 1]
+        step = (x, op, y, x + y if op == "+" else x - y if op == "-" else x * y)
+        if ((*terms[:k], step[3], *terms[k + 2 :]), ops[:k] + ops[k + 1 :]) == right:
+            return step
+    return None
 
 
 def is_true(step: Step) -> bool:
@@ -73,26 +141,85 @@ def make_steps(task: Task) -> Reward:
     >>> reward("<think>3 * 8 = 24. 24 + 7 = 31.</think><answer>31</answer>", row)
     1.0
     """
-    if task is not None and not getattr(task, "worked_steps", False):
-        raise ValueError(
-            f"reward 'steps' needs a task whose problems carry worked steps (arithmetic); task {task.name!r} has "
-            "none: use correctness, or a format reward for partial credit"
-        )
+    _needs_worked_steps(task, "steps")
     tags = getattr(task, "tags", THINK_TAGS)
 
     def steps_reward(completion: str, example: dict) -> float:
         wanted = [step for line in example.get("steps") or [] for step in equations(line)]
         if not wanted:
             return 0.0
-        text = completion[:MAX_COMPLETION_CHARS]
-        thought = text.split(tags.think_close, 1)[0] if tags.think_close in text else text.split(tags.answer_open)[0]
-        written = equations(thought)
-        if len(written) > 2 * len(wanted) + 2 or not all(is_true(step) for step in written):
+        thought = _thought(completion, tags)
+        written, lines = equations(thought), longer_lines(thought)
+        if len(written) + len(lines) > 2 * len(wanted) + 2:
             return 0.0
+        if not all(is_true(step) for step in written) or any(value(left) != value(right) for left, right in lines):
+            return 0.0
+        written += [step for step in (step_done(left, right) for left, right in lines) if step]
         done = sum(any(same_step(w, step) for w in written) for step in wanted)
         return done / len(wanted)
 
     return steps_reward
+
+
+@register_reward("steps_attempted")
+def make_steps_attempted(task: Task) -> Reward:
+    """The share of the problem's steps the thought sets out to do, right or wrong: shaping for R1-zero.
+
+    A step counts when an equation in the thought has its operands and operator (`3 * 8 = 25` attempts
+    `3 * 8 = 24`), or a longer line does it. Meant for a first stage from the untouched model, which
+    seldom writes a right step but often writes an equation (14% of completions on the problem's
+    numbers, against 3% right): it pays for working the problem out in the thought, so the thought does
+    not shrink to a guess while the tags are learned. Padding (more than `2 * steps + 2` equations)
+    scores 0. Pair it with `steps` and `correctness`; alone it pays wrong results.
+
+    >>> from grpokit.tasks import build_task
+    >>> reward = make_steps_attempted(build_task("arithmetic"))
+    >>> row = {"steps": ["3 * 8 = 24.", "7 + 24 = 31."], "answer": 31}
+    >>> reward("<think>8 * 3 = 25, so 32.</think><answer>32</answer>", row)  # the product, wrong
+    0.5
+    >>> reward("<think>7 + 3 * 8 = 7 + 24 = 31</think><answer>31</answer>", row)
+    1.0
+    """
+    _needs_worked_steps(task, "steps_attempted")
+    tags = getattr(task, "tags", THINK_TAGS)
+
+    def steps_attempted_reward(completion: str, example: dict) -> float:
+        wanted = [step for line in example.get("steps") or [] for step in equations(line)]
+        if not wanted:
+            return 0.0
+        written, lines = equations(_thought(completion, tags)), longer_lines(_thought(completion, tags))
+        if len(written) + len(lines) > 2 * len(wanted) + 2:
+            return 0.0
+        done = [step for step in (step_done(left, right) for left, right in lines) if step]
+        tried = {(x, op, y) for x, op, y, _ in written + done}
+        tried |= {(y, op, x) for x, op, y in tried if op in "+*"}
+        return sum((x, op, y) in tried for x, op, y, _ in wanted) / len(wanted)
+
+    return steps_attempted_reward
+
+
+def _needs_worked_steps(task: Task, name: str) -> None:
+    if task is not None and not getattr(task, "worked_steps", False):
+        raise ValueError(
+            f"reward {name!r} needs a task whose problems carry worked steps (arithmetic); task {task.name!r} has "
+            "none: use correctness, or a format reward for partial credit"
+        )
+
+
+def _thought(completion: str, tags) -> str:
+    text = completion[:MAX_COMPLETION_CHARS]
+    return text.split(tags.think_close, 1)[0] if tags.think_close in text else text.split(tags.answer_open)[0]
+
+
+def _continues_left(text: str, start: int) -> bool:
+    return _CONTINUES_LEFT.search(text, max(0, start - 40), start) is not None
+
+
+def _parse(expression: str) -> Expression:
+    terms, ops = [], []
+    for term, op in _PART.findall(expression):
+        terms.append(_int(term)) if term else ops.append(_OPERATOR[op])
+    return tuple(terms), tuple(ops)
 
 
 def _int(term: str) -> int:

@@ -102,6 +102,10 @@ class ArithmeticTask(Task):
             ("the expression instead of its value", f"<think>x</think><answer>{example['expression']}</answer>"),
             ("a decorated number", f"<think>x</think><answer>= {answer}</answer>"),
             ("a float", f"<think>x</think><answer>{answer}.0</answer>"),
+            (
+                "true equations listed until one is a step",
+                f"<think>{_listed(example)}</think><answer>{answer + 1}</answer>",
+            ),
         ]
 
     def demonstration(self, example: Example) -> str:
@@ -152,6 +156,14 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
         return None
     units, tens = big % 10, big - big % 10
     return [f"{units} + {digit} = {units + digit}.", f"{tens} + {units + digit} = {big + digit}."]
+
+
+def _listed(example: Example) -> str:
+    """`x op p = ...` for p in 0..100, x and op those of the last worked step: the step is among them."""
+    x, op = example["steps"][-1].split(" ")[:2]
+    first = int(x.strip("()"))
+    values = [first + p if op == "+" else first - p if op == "-" else first * p for p in range(101)]
+    return " ".join(f"{x} {op} {p} = {value}." for p, value in enumerate(values))
 
 
 def _render(nums: list[int], ops: list[str]) -> str:
