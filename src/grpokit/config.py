@@ -586,7 +586,7 @@ def validate_recipe(recipe: Recipe) -> None:
 def _validate_stage(recipe: Recipe, kind: str) -> None:
     # Imported here: the registries import torch-free modules only, but they need the task classes.
     from grpokit import confine, sandbox
-    from grpokit.rewards import REWARDS, get_reward_factory
+    from grpokit.rewards import REWARDS, get_reward_factory, make_reward
     from grpokit.tasks import build_task
 
     for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
@@ -625,9 +625,15 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
             f"the recipe has no rewards; add e.g. rewards: [{{name: format}}, {{name: correctness}}] "
             f"(known: {', '.join(sorted(REWARDS))})"
         )
-    for spec in recipe.rewards:
+    for index, spec in enumerate(recipe.rewards):
         spec.validate()
         get_reward_factory(spec.name)
+        try:  # built once here (rewards are cheap to build), so a bad param fails before any model loads
+            make_reward(spec.name, task, spec.params)
+        except RecipeError:
+            raise
+        except ValueError as err:
+            raise RecipeError(f"rewards.{index} ({spec.name}): {err}") from err
     if "reward_weights" in recipe.grpo:
         raise RecipeError("set reward weights as rewards[*].weight, not grpo.reward_weights")
     build_grpo_config(recipe, output_dir="unused")

@@ -1,6 +1,7 @@
 import pytest
 
 from grpokit.rewards import make_reward
+from grpokit.tasks import build_task
 
 GOOD = "<think>4 * 5 = 20. 3 + 20 = 23.</think><answer>23</answer>"
 
@@ -117,3 +118,17 @@ def test_answers_inside_or_before_the_thought_earn_nothing_in_other_tags(complet
     assert make_reward("format", task)(completion, {}) == 0.0
     assert make_reward("format_lenient", task)(completion, {}) == 0.0
     assert make_reward("tag_count", task)(completion, {}) == pytest.approx(tag_count)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [("31", 1.0), ("-4", 1.0), (" 31 ", 1.0), ("24 = 40", 0.0), ("7 + 24", 0.0), ("31.", 0.0), ("", 0.0)],
+)
+def test_format_with_an_answer_regex_pays_only_answers_that_match_whole(answer, expected):
+    reward = make_reward("format", build_task("arithmetic"), {"answer_regex": "-?[0-9]+"})
+    assert reward(f"<think>3 * 8 = 24. 7 + 24 = 31.</think><answer>{answer}</answer>", {}) == expected
+
+
+def test_format_answer_regex_errors_name_the_fix():
+    with pytest.raises(ValueError, match=r"answer_regex '\[0-9' is not a regular expression.*-\?\[0-9\]\+"):
+        make_reward("format", build_task("arithmetic"), {"answer_regex": "[0-9"})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from grpokit.parsing import (
     MAX_COMPLETION_CHARS,
     THINK_TAGS,
     answer_after_thought,
+    extract_answer,
     is_strict_format,
     tag_counts,
 )
@@ -14,19 +17,45 @@ from grpokit.tasks.base import Task
 
 
 @register_reward("format")
-def make_format(task: Task) -> Reward:
+def make_format(task: Task, answer_regex: str | None = None) -> Reward:
     """1.0 for exactly `<think>…</think><answer>…</answer>` (non-empty answer, nothing around), else 0.0.
+
+    `answer_regex` also asks the answer to match it whole (`-?[0-9]+`: a bare integer). Without it the
+    tags around any text are paid, and a policy can keep the reward while writing no answer the verifier
+    reads (a measured R1-zero run put `24 = 40` in its answers).
 
     >>> make_format(None)("<think>2 * 3 = 6.</think><answer>6</answer>", {})
     1.0
+    >>> make_format(None, answer_regex="-?[0-9]+")("<think>2 * 3 = 6.</think><answer>6 = 6</answer>", {})
+    0.0
     """
 
     tags = getattr(task, "tags", THINK_TAGS)
+    pattern = _compile(answer_regex)
 
     def format_reward(completion: str, example: dict) -> float:
-        return 1.0 if is_strict_format(completion, tags) else 0.0
+        if not is_strict_format(completion, tags):
+            return 0.0
+        if pattern is None:
+            return 1.0
+        answer = extract_answer(completion, tags=tags) or ""
+        return 1.0 if len(answer) <= _MAX_ANSWER_CHARS and pattern.fullmatch(answer) else 0.0
 
     return format_reward
+
+
+_MAX_ANSWER_CHARS = 1000  # a recipe's pattern never runs over a long answer
+
+
+def _compile(answer_regex: str | None) -> re.Pattern | None:
+    if answer_regex is None:
+        return None
+    try:
+        return re.compile(answer_regex)
+    except re.error as err:
+        raise ValueError(
+            f"answer_regex {answer_regex!r} is not a regular expression ({err}); e.g. '-?[0-9]+' for a bare integer"
+        ) from err
 
 
 @register_reward("format_lenient")
