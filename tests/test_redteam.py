@@ -151,3 +151,8 @@ def test_worked_step_rewards_pay_nothing_for_listed_equations():
     findings = check(task, [("uncapped", 1.0, uncapped)], task.dataset("eval", 2))
     assert {f.case for f in findings} == {"true equations listed until one is a step"}
 
+
+def test_closeness_pays_nothing_for_degenerate_countdown_answers():
+    task = build_task("countdown")
+    rewards = [(name, 1.0, make_reward(name, task)) for name in ("closeness", "correctness")]
+    assert check(task, rewards, task.dataset("eval", 3)) == []

@@ -128,19 +128,23 @@ class CountdownTask(Task):
         }
 
     def score(self, completion: str, example: Example) -> float:
+        return 1.0 if self.value(completion, example) == Fraction(int(example["target"])) else 0.0
+
+    def value(self, completion: str, example: Example) -> Fraction | None:
+        """The value of the answer's equation if it uses each given number exactly once, else None."""
         answer = extract_answer(completion, tags=self.tags)
         if answer is None:
-            return 0.0
+            return None
         # "= 20" at the end is a common, harmless habit; anything else must be the bare expression.
         expression, equals, claimed = answer.partition("=")
         if equals and claimed.strip() != str(example["target"]):
-            return 0.0
+            return None
         evaluated = evaluate_expression(expression)
-        if evaluated is None:
-            return 0.0
-        if Counter(evaluated.numbers) != Counter(int(n) for n in example["nums"]):
-            return 0.0
-        return 1.0 if evaluated.value == Fraction(int(example["target"])) else 0.0
+        if evaluated is None or Counter(evaluated.numbers) != Counter(int(n) for n in example["nums"]):
+            return None
+        if equals and evaluated.value != int(example["target"]):
+            return None  # a false claim to reach the target
+        return evaluated.value
 
     def adversarial(self, example: Example) -> list[tuple[str, str]]:
         target, first = example["target"], example["nums"][0]
