@@ -145,16 +145,13 @@ def make_steps(task: Task) -> Reward:
     tags = getattr(task, "tags", THINK_TAGS)
 
     def steps_reward(completion: str, example: dict) -> float:
-        wanted = [step for line in example.get("steps") or [] for step in equations(line)]
-        if not wanted:
+        read = _read(completion, example, tags)
+        if read is None:
             return 0.0
-        thought = _thought(completion, tags)
-        written, lines = equations(thought), longer_lines(thought)
-        if len(written) + len(lines) > 2 * len(wanted) + 2:
-            return 0.0
+        wanted, written, lines = read
         if not all(is_true(step) for step in written) or any(value(left) != value(right) for left, right in lines):
             return 0.0
-        written += [step for step in (step_done(left, right) for left, right in lines) if step]
+        written += _done_in(lines)
         done = sum(any(same_step(w, step) for w in written) for step in wanted)
         return done / len(wanted)
 
@@ -184,18 +181,30 @@ def make_steps_attempted(task: Task) -> Reward:
     tags = getattr(task, "tags", THINK_TAGS)
 
     def steps_attempted_reward(completion: str, example: dict) -> float:
-        wanted = [step for line in example.get("steps") or [] for step in equations(line)]
-        if not wanted:
+        read = _read(completion, example, tags)
+        if read is None:
             return 0.0
-        written, lines = equations(_thought(completion, tags)), longer_lines(_thought(completion, tags))
-        if len(written) + len(lines) > 2 * len(wanted) + 2:
-            return 0.0
-        done = [step for step in (step_done(left, right) for left, right in lines) if step]
-        tried = {(x, op, y) for x, op, y, _ in written + done}
+        wanted, written, lines = read
+        tried = {(x, op, y) for x, op, y, _ in written + _done_in(lines)}
         tried |= {(y, op, x) for x, op, y in tried if op in "+*"}
         return sum((x, op, y) in tried for x, op, y, _ in wanted) / len(wanted)
 
     return steps_attempted_reward
+
+
+def _read(completion: str, example: dict, tags) -> tuple[list[Step], list[Step], list] | None:
+    """The problem's steps and the thought's equations and longer lines; None when the problem has no
+    steps or the thought holds more than `2 * steps + 2` equations (padding: nothing to pay)."""
+    wanted = [step for line in example.get("steps") or [] for step in equations(line)]
+    thought = _thought(completion, tags)
+    written, lines = equations(thought), longer_lines(thought)
+    if not wanted or len(written) + len(lines) > 2 * len(wanted) + 2:
+        return None
+    return wanted, written, lines
+
+
+def _done_in(lines: list[tuple[Expression, Expression]]) -> list[Step]:
+    return [step for step in (step_done(left, right) for left, right in lines) if step]
 
 
 def _needs_worked_steps(task: Task, name: str) -> None:
