@@ -42,7 +42,7 @@ def test_prefilled_think_does_not_zero_the_format_reward():
 
 
 def test_unknown_reward_lists_known_names():
-    with pytest.raises(RecipeError, match=r"unknown reward 'formt'; known: correctness, format"):
+    with pytest.raises(RecipeError, match=r"unknown reward 'formt'; known: closeness, correctness, format"):
         make_reward("formt", None)
 
 
