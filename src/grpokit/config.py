@@ -586,7 +586,7 @@ def validate_recipe(recipe: Recipe) -> None:
 def _validate_stage(recipe: Recipe, kind: str) -> None:
     # Imported here: the registries import torch-free modules only, but they need the task classes.
     from grpokit import confine, sandbox
-    from grpokit.rewards import REWARDS, get_reward_factory, make_reward
+    from grpokit.rewards import REWARDS, make_reward
     from grpokit.tasks import build_task
 
     for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
@@ -627,7 +627,6 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
         )
     for index, spec in enumerate(recipe.rewards):
         spec.validate()
-        get_reward_factory(spec.name)
         try:  # built once here (rewards are cheap to build), so a bad param fails before any model loads
             make_reward(spec.name, task, spec.params)
         except RecipeError:

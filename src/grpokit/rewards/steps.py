@@ -24,6 +24,7 @@ import re
 
 from grpokit.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
 from grpokit.rewards import Reward, register_reward
+from grpokit.tasks.arithmetic import solve
 from grpokit.tasks.base import Task
 
 _TERM = r"\(-[0-9]{1,12}\)|[0-9]{1,12}"
@@ -77,24 +78,6 @@ def longer_lines(text: str) -> list[tuple[Expression, Expression]]:
     ]
 
 
-def value(expression: Expression) -> int:
-    """The value of a flat expression, products first.
-
-    >>> value(((4, 1, 5), ("+", "*")))
-    9
-    """
-    terms, ops = expression
-    total, product = 0, terms[0]
-    sign = 1
-    for op, term in zip(ops, terms[1:], strict=True):
-        if op == "*":
-            product *= term
-        else:
-            total += sign * product
-            sign, product = (1 if op == "+" else -1), term
-    return total + sign * product
-
-
 def step_done(left: Expression, right: Expression) -> Step | None:
     """The one operation `right` does to `left` (`4 + 1 * 5` -> `4 + 5`: `1 * 5 = 5`), else None.
 
@@ -108,16 +91,14 @@ def step_done(left: Expression, right: Expression) -> Step | None:
         if op != "*" and ("*" in neighbours or (k > 0 and ops[k - 1] == "-")):
             continue  # a sum done before a product next to it, or `a - b + c` as `a - (b + c)`
         x, y = terms[k], terms[k + 1]
-        step = (x, op, y, x + y if op == "+" else x - y if op == "-" else x * y)
-        if ((*terms[:k], step[3], *terms[k + 2 :]), ops[:k] + ops[k + 1 :]) == right:
-            return step
+        if ((*terms[:k], _apply(x, op, y), *terms[k + 2 :]), ops[:k] + ops[k + 1 :]) == right:
+            return (x, op, y, _apply(x, op, y))
     return None
 
 
 def is_true(step: Step) -> bool:
     left, op, right, result = step
-    value = left + right if op == "+" else left - right if op == "-" else left * right
-    return value == result
+    return _apply(left, op, right) == result
 
 
 def same_step(written: Step, wanted: Step) -> bool:
@@ -149,7 +130,7 @@ def make_steps(task: Task) -> Reward:
         if read is None:
             return 0.0
         wanted, written, lines = read
-        if not all(is_true(step) for step in written) or any(value(left) != value(right) for left, right in lines):
+        if not all(is_true(step) for step in written) or any(_value(left) != _value(right) for left, right in lines):
             return 0.0
         written += _done_in(lines)
         done = sum(any(same_step(w, step) for w in written) for step in wanted)
@@ -218,6 +199,15 @@ def _needs_worked_steps(task: Task, name: str) -> None:
 def _thought(completion: str, tags) -> str:
     text = completion[:MAX_COMPLETION_CHARS]
     return text.split(tags.think_close, 1)[0] if tags.think_close in text else text.split(tags.answer_open)[0]
+
+
+def _apply(x: int, op: str, y: int) -> int:
+    return x + y if op == "+" else x - y if op == "-" else x * y
+
+
+def _value(expression: Expression) -> int:
+    terms, ops = expression
+    return solve(list(terms), list(ops))[1]  # the task's own evaluation, products first
 
 
 def _continues_left(text: str, start: int) -> bool:
