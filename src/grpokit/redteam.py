@@ -68,9 +68,14 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
 
 
 def check(
-    task: Task, rewards: list[tuple[str, float, Any]], examples: list[Example], think_prefilled: bool = False
+    task: Task,
+    rewards: list[tuple[str, float, Any]],
+    examples: list[Example],
+    think_prefilled: bool = False,
+    slow_seconds: float | None = SLOW_SECONDS,
 ) -> list[Finding]:
-    """Run the battery on each example against `rewards` = [(name, weight, fn(completion, row))]."""
+    """Run the battery on each example against `rewards` = [(name, weight, fn(completion, row))]. A call
+    over `slow_seconds` is a finding; None leaves time out (a loaded machine makes any bound a guess)."""
     findings: list[Finding] = []
     for example in examples:
         wrong = wrong_answer(task, example)
@@ -78,9 +83,9 @@ def check(
             findings.append(Finding("honest wrong answer", "the verifier accepts every wrong candidate", ""))
             continue
         honest_wrong = retag(f"<think>x</think><answer>{wrong}</answer>", task.tags)
-        baseline, _ = _total(rewards, honest_wrong, example, think_prefilled, task)
+        baseline, _ = _total(rewards, honest_wrong, example, think_prefilled, task, slow_seconds)
         for case, completion in battery(task, example):
-            total, problems = _total(rewards, completion, example, think_prefilled, task)
+            total, problems = _total(rewards, completion, example, think_prefilled, task, slow_seconds)
             if total > baseline + 1e-9:
                 problems.append(f"weighted reward {total:.3f} beats an honest wrong answer's {baseline:.3f}")
             if _safe_score(task, normalize_completion(completion, think_prefilled, task.tags), example) > 0:
@@ -90,7 +95,12 @@ def check(
 
 
 def _total(
-    rewards: list[tuple[str, float, Any]], completion: str, example: Example, think_prefilled: bool, task: Task
+    rewards: list[tuple[str, float, Any]],
+    completion: str,
+    example: Example,
+    think_prefilled: bool,
+    task: Task,
+    slow_seconds: float | None,
 ) -> tuple[float, list[str]]:
     text = normalize_completion(completion, think_prefilled, task.tags)
     total, problems = 0.0, []
@@ -102,7 +112,7 @@ def _total(
             problems.append(f"reward {name} raised {type(err).__name__}: {err}")
             continue
         elapsed = time.perf_counter() - start
-        if elapsed > SLOW_SECONDS:
+        if slow_seconds is not None and elapsed > slow_seconds:
             problems.append(f"reward {name} took {elapsed:.1f} s")
         if not math.isfinite(value):
             problems.append(f"reward {name} returned {value}")
