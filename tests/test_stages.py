@@ -64,6 +64,37 @@ def test_stages_run_in_order_each_with_its_own_rewards_and_evaluation(tiny_model
     assert all(f"<td>{name}</td>" in page for name in ("warmup", "format", "answers")) and "GRPO added" in page
 
 
+def test_a_stage_trains_on_its_own_task_params_and_is_evaluated_on_the_recipes(tiny_model_dir, tmp_path):
+    """The R1-zero recipe's first stage trains on `a + b` and `a * b`; every stage is evaluated on the
+    recipe's own held-out `a + b * c`."""
+    import re
+    from pathlib import Path
+
+    from transformers import TrainerCallback
+
+    def operators(text):
+        (expression,) = re.findall(r"What is ([-0-9 +*]+)\?", text)
+        return len(re.findall(r" [-+*] ", expression))
+
+    prompts = {}
+
+    class Prompts(TrainerCallback):
+        def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+            prompts[Path(args.output_dir).name] = [str(row["prompt"]) for row in train_dataloader.dataset]
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path)
+    raw["stages"] = [
+        {"name": "easy", "steps": 1, "task_params": {"operands": 2, "all_operators": False}},
+        {"name": "full", "steps": 1},
+    ]
+    run_dir = train.main(build_recipe(raw), callbacks=[Prompts()])
+    assert {operators(p) for p in prompts["easy"]} == {1}
+    assert {operators(p) for p in prompts["full"]} == {2}
+    for name in ("before", "easy", "full"):
+        samples = json.loads((run_dir / f"eval_{name}.json").read_text())["samples"]
+        assert samples and {operators(s["question"]) for s in samples} == {2}, name
+
+
 @pytest.mark.parametrize("at", [1, 2])  # mid-stage, and after its last step before its evaluation
 def test_resume_continues_inside_a_later_stage(tiny_model_dir, tmp_path, at):
     import torch
