@@ -91,8 +91,9 @@ def step_done(left: Expression, right: Expression) -> Step | None:
         if op != "*" and ("*" in neighbours or (k > 0 and ops[k - 1] == "-")):
             continue  # a sum done before a product next to it, or `a - b + c` as `a - (b + c)`
         x, y = terms[k], terms[k + 1]
-        if ((*terms[:k], _apply(x, op, y), *terms[k + 2 :]), ops[:k] + ops[k + 1 :]) == right:
-            return (x, op, y, _apply(x, op, y))
+        result = _apply(x, op, y)
+        if ((*terms[:k], result, *terms[k + 2 :]), ops[:k] + ops[k + 1 :]) == right:
+            return (x, op, y, result)
     return None
 
 
