@@ -24,6 +24,36 @@ def test_generated_instances_are_solvable_and_in_range(task):
         assert task.score(task.demonstration(row), row) == 1.0
 
 
+@pytest.mark.parametrize("attempts", [0, 2])
+def test_search_demonstrations_check_their_tries_and_end_on_the_solution(attempts):
+    params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50}
+    search = build_task("countdown", {**params, "demonstration": "search", "search_attempts": attempts})
+    tries_seen = Counter()
+    for row in search.dataset("train", 100, distinct=False):
+        demonstration = search.demonstration(row)
+        assert search.score(demonstration, row) == 1.0
+        assert demonstration == search.demonstration(row)  # the same problem, the same tries
+        thought = demonstration.removeprefix("<think>").split("</think>")[0]
+        *tries, solution = thought.removesuffix(".").split(". ")
+        tries_seen[len(tries)] += 1
+        for attempt in tries:
+            steps, miss = attempt.rsplit(", not ", 1)
+            assert int(miss) == row["target"]
+            assert steps.rsplit(" = ", 1)[1] != str(row["target"])  # a try is a real miss
+        for attempt in [*(t.rsplit(", not ", 1)[0] for t in tries), solution]:
+            for step in attempt.split(", "):
+                left, right = step.split(" = ")
+                assert evaluate_expression(left, allow_unary_minus=True).value == int(right), step  # every step true
+        assert solution.endswith(f"= {row['target']}")
+    assert set(tries_seen) == set(range(attempts + 1))  # 0..attempts wrong tries, each count seen
+
+
+def test_search_keeps_the_problems():
+    params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50}
+    search = build_task("countdown", {**params, "demonstration": "search"})
+    assert search.dataset("eval", 50) == build_task("countdown", params).dataset("eval", 50)
+
+
 def test_deterministic_and_split_apart(task):
     assert task.example("train", 5) == build_task("countdown").example("train", 5)
     train = {(tuple(sorted(r["nums"])), r["target"]) for r in task.dataset("train", 500, distinct=False)}
@@ -75,6 +105,8 @@ def test_loads_the_countdown_tasks_schema(task):
 def test_bad_config(task):
     with pytest.raises(RecipeError, match="task.params"):
         build_task("countdown", {"min_numbers": 5, "max_numbers": 3})
+    with pytest.raises(RecipeError, match="demonstration='trace'; use 'solution' or 'search'"):
+        build_task("countdown", {"demonstration": "trace"})
 
 
 def test_loads_the_hub_schema_from_a_file_and_a_hub_style_folder(tmp_path):

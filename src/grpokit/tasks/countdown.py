@@ -14,6 +14,7 @@ The answer is parsed by `grpokit.expressions` (an AST whitelist, exact division)
 
 from __future__ import annotations
 
+import ast
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -45,8 +46,17 @@ class CountdownConfig:
     # with `nums` and `target`; its train split is partitioned into train/eval by a stable hash.
     source: str | None = None
     limit: int | None = None
+    # The sft stage's thought: "solution" writes the solution's equation (`12 * 2 + 7 = 31`); "search"
+    # writes up to `search_attempts` wrong tries, each worked step by step with its miss, then the
+    # solution worked the same way (Stream of Search, Gandhi et al. 2024): a thought that checks its tries.
+    demonstration: str = "solution"
+    search_attempts: int = 2
 
     def validate(self) -> None:
+        if self.demonstration not in ("solution", "search"):
+            raise ValueError(f"demonstration={self.demonstration!r}; use 'solution' or 'search'")
+        if not 0 <= self.search_attempts <= 5:
+            raise ValueError(f"search_attempts={self.search_attempts}; use 0..5 wrong tries before the solution")
         if not 2 <= self.min_numbers <= self.max_numbers <= 6:
             raise ValueError(f"numbers {self.min_numbers}..{self.max_numbers}; use 2 <= min <= max <= 6")
         if not 1 <= self.min_value <= self.max_value <= 10_000:
@@ -159,10 +169,26 @@ class CountdownTask(Task):
         ]
 
     def demonstration(self, example: Example) -> str | None:
+        """The sft stage's completion for a generated row (loaded rows have no solution: None).
+
+        >>> row = CountdownTask.make_row([5, 15, 8], 12, "(15 - 8) + 5")
+        >>> print(CountdownTask(CountdownConfig()).demonstration(row))
+        <think>(15 - 8) + 5 = 12</think><answer>(15 - 8) + 5</answer>
+        >>> search = CountdownTask(CountdownConfig(demonstration="search"))
+        >>> print(search.demonstration(row))  # doctest: +NORMALIZE_WHITESPACE
+        <think>15 * 8 = 120, 120 / 5 = 24, not 12. 5 * 15 = 75, 8 * 75 = 600, not 12.
+        15 - 8 = 7, 7 + 5 = 12.</think><answer>(15 - 8) + 5</answer>
+        """
         if not example.get("solution"):
             return None
-        t, solution = self.tags, example["solution"]
-        return f"{t.think_open}{solution} = {example['target']}{t.think_close}{t.answer_open}{solution}{t.answer_close}"
+        t, solution, target = self.tags, example["solution"], int(example["target"])
+        if self.config.demonstration == "search":
+            tries = _wrong_tries(example["nums"], target, self.config.search_attempts)
+            worked = ", ".join(_worked(solution))
+            thought = " ".join([*(f"{', '.join(steps)}, not {target}." for steps in tries), f"{worked}."])
+        else:
+            thought = f"{solution} = {target}"
+        return f"{t.think_open}{thought}{t.think_close}{t.answer_open}{solution}{t.answer_close}"
 
 
 def load_rows(rows: list[dict[str, Any]]) -> list[Example]:
@@ -177,8 +203,15 @@ def load_rows(rows: list[dict[str, Any]]) -> list[Example]:
 
 def _random_solution(nums: list[int], rng: random.Random) -> tuple[str, Fraction] | None:
     """Combine the numbers in a random order with random operators; exact division only."""
+    combined = _combine(nums, rng)
+    return None if combined is None else combined[:2]
+
+
+def _combine(nums: list[int], rng: random.Random) -> tuple[str, Fraction, list[str]] | None:
+    """A random combination of all the numbers: its expression, its value and its steps (`12 * 2 = 24`)."""
     items: list[tuple[str, Fraction]] = [(str(n), Fraction(n)) for n in nums]
     rng.shuffle(items)
+    steps = []
     while len(items) > 1:
         i, j = rng.sample(range(len(items)), 2)
         (a_text, a), (b_text, b) = items[i], items[j]
@@ -186,7 +219,43 @@ def _random_solution(nums: list[int], rng: random.Random) -> tuple[str, Fraction
         if op == "/" and (b == 0 or (a / b).denominator != 1):
             return None
         value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op]
+        steps.append(f"{a} {op} {b} = {value}")
         combined = (f"({a_text} {op} {b_text})", value)
         items = [x for k, x in enumerate(items) if k not in (i, j)] + [combined]
     text, value = items[0]
-    return (text[1:-1] if text.startswith("(") else text), value
+    return (text[1:-1] if text.startswith("(") else text), value, steps
+
+
+def _wrong_tries(nums: list[int], target: int, most: int) -> list[list[str]]:
+    """0..`most` distinct combinations that miss `target` (their steps), the same for the same problem."""
+    rng = random.Random(f"search:{sorted(nums)}:{target}")
+    wanted, tries, seen = rng.randint(0, most), [], set()
+    for _ in range(50 * most):
+        if len(tries) == wanted:
+            break
+        combined = _combine(nums, rng)
+        if combined is None or combined[1] == target or combined[1].denominator != 1 or combined[0] in seen:
+            continue
+        seen.add(combined[0])
+        tries.append(combined[2])
+    return tries
+
+
+def _worked(expression: str) -> list[str]:
+    """The steps of a fully parenthesized solution this module wrote (`(12 * 2) + 7`: `12 * 2 = 24`, ...).
+
+    The text is the generator's own, never model output; it is read with the AST, not evaluated."""
+    steps: list[str] = []
+
+    def walk(node: ast.expr) -> Fraction:
+        if isinstance(node, ast.Constant):
+            return Fraction(node.value)
+        assert isinstance(node, ast.BinOp), f"not a generated solution: {expression!r}"
+        a, b = walk(node.left), walk(node.right)
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
+        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op]  # all four computed: no / 0
+        steps.append(f"{a} {op} {b} = {value}")
+        return value
+
+    walk(ast.parse(expression, mode="eval").body)
+    return steps
