@@ -199,6 +199,30 @@ def test_the_budget_counts_training_steps_not_the_evaluations_between_them(monke
     assert [json.loads(line)["train_seconds"] for line in (tmp_path / "metrics.jsonl").open()] == [25, 50, 75]
 
 
+def test_a_resumed_stage_logs_its_pace_from_the_resume(monkeypatch, tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from grpokit import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    hook, control = callbacks.MetricsLog(tmp_path / "metrics.jsonl").callback(), TrainerControl()
+    args = SimpleNamespace(device="cpu")
+    state = SimpleNamespace(global_step=110, max_steps=200, is_world_process_zero=True)  # from checkpoint-110
+    hook.on_train_begin(args, state, control)
+    for step in (111, 112):
+        hook.on_step_begin(args, state, control)
+        now[0] += 12.0
+        state.global_step = step
+        hook.on_step_end(args, state, control)
+        with caplog.at_level("INFO", logger="grpokit.train"):
+            hook.on_log(args, state, control, logs={"loss": 1.0})
+    # 12 s a step and 88 steps left; counted from step 0 it read 0.2 s/step and an ETA of 0.3 min.
+    assert "train step 112/200 (12.0 s/step, ETA 17.6 min)" in caplog.text
+
+
 def test_an_sft_stage_evaluates_every_n_steps_only_when_its_eval_every_asks(tiny_model_dir, tmp_path):
     raw = tiny_recipe(tiny_model_dir, tmp_path, eval={"every": 1, "every_n": 2})
     # sft stages only: a control without GRPO is a recipe of its own. eval.every is GRPO's cadence.

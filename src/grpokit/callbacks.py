@@ -215,7 +215,7 @@ class MetricsLog:
 
         class _Callback(TrainerCallback):
             def on_train_begin(self, args, state, control, **kwargs):
-                self.t0 = time.perf_counter()
+                self.t0, self.first_step = time.perf_counter(), state.global_step  # > 0 in a resumed stage
                 self.clock = StepClock()
 
             # Before PeriodicEval's callback, like TimeBudget's: a step's evaluation is not its time.
@@ -240,7 +240,7 @@ class MetricsLog:
                 if outer.health is not None and "reward" in logs:
                     outer.health.observe(state.global_step, logs)
                 elapsed = time.perf_counter() - self.t0
-                rate = elapsed / max(state.global_step, 1)
+                rate = elapsed / max(state.global_step - self.first_step, 1)
                 eta = rate * (state.max_steps - state.global_step)
                 shown = {
                     k: logs[k]
