@@ -15,6 +15,7 @@ The answer is parsed by `grpokit.expressions` (an AST whitelist, exact division)
 from __future__ import annotations
 
 import ast
+import operator
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from grpokit.parsing import THINK_TAGS, extract_answer, retag
 from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, partition, split_of
 
-_OPS = ("+", "-", "*", "/")
+_APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+_OPS = tuple(_APPLY)
 _MAX_DRAWS = 2000
 
 
@@ -218,7 +220,7 @@ def _combine(nums: list[int], rng: random.Random) -> tuple[str, Fraction, list[s
         op = rng.choice(_OPS)
         if op == "/" and (b == 0 or (a / b).denominator != 1):
             return None
-        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op]
+        value = _APPLY[op](a, b)
         steps.append(f"{a} {op} {b} = {value}")
         combined = (f"({a_text} {op} {b_text})", value)
         items = [x for k, x in enumerate(items) if k not in (i, j)] + [combined]
@@ -253,7 +255,7 @@ def _worked(expression: str) -> list[str]:
         assert isinstance(node, ast.BinOp), f"not a generated solution: {expression!r}"
         a, b = walk(node.left), walk(node.right)
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
-        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op]  # all four computed: no / 0
+        value = _APPLY[op](a, b)  # the generator never divides by 0
         steps.append(f"{a} {op} {b} = {value}")
         return value
 
