@@ -94,6 +94,9 @@ def test_grpo_section_becomes_grpo_config():
         ("train_pass: {micro_batch_rows: 0}\n", "train_pass.micro_batch_rows=0"),
         ("dynamic_sampling: {replay: 2}\n", "dynamic_sampling.replay draws prompts again.*enabled: true"),
         ("dynamic_sampling: {enabled: true, replay: -1}\n", "dynamic_sampling.replay=-1"),
+        ("dynamic_sampling: {retry: 1}\n", "dynamic_sampling.retry rolls failed prompts.*enabled: true"),
+        ("dynamic_sampling: {enabled: true, retry: -1}\n", "dynamic_sampling.retry=-1"),
+        ("dynamic_sampling: {enabled: true, retry: 1}\n", "success_reward='correctness' is not one of.*format"),
     ],
 )
 def test_bad_recipes_fail_with_the_key_named(tmp_path, text, message):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpokit.config import AdaptiveSection, build_recipe
-from grpokit.schedules import AdaptiveWeights, Curriculum, Replay, fill_batch, informative_groups
+from grpokit.schedules import AdaptiveWeights, Curriculum, Replay, failing_groups, fill_batch, informative_groups
 from tests.conftest import tiny_recipe
 
 
@@ -58,6 +58,14 @@ def test_fill_batch_counts_the_groups_each_round_returned():
     merged, stats = fill_batch(first, more, group=2, max_extra_groups=3, pad_id=0)
     assert calls == [2, 2] and stats["dynamic/extra_rollouts"] == 4 and stats["dynamic/kept_frac"] == 1.0
     assert merged["advantages"].tolist() == [1, -1, 1, -1]
+
+
+def test_failing_groups_are_uniform_groups_no_completion_of_which_succeeded():
+    advantages = torch.tensor([0.0, 0, 0, 0, 0, 0, 1, -1])
+    success = torch.tensor([0.0, 0, 1, 1, 0.5, float("nan"), 1, 0])
+    # all wrong; all right (too easy); a verifier failure (not the policy's); informative
+    assert failing_groups(advantages, success, 2).tolist() == [True, False, False, False]
+    assert failing_groups(advantages, torch.tensor([0.0, 0, 1, 1, 0.5, 0.5, 1, 0]), 2).tolist()[2]  # 0.5: wrong
 
 
 def test_replay_returns_the_newest_prompts_at_most_tries_times():
@@ -167,6 +175,49 @@ def test_replay_draws_last_steps_informative_prompts_first_and_logs_them_apart(t
     assert [[str(row["prompt"]), t] for row, t in state["replay"]] == [
         [str(row["prompt"]), t] for row, t in trainer.replay.queue
     ]
+
+
+def wrong_on_even(task):
+    """Even answers: every completion wrong (a group that fails); odd: every completion right."""
+    return lambda completion, example: float(example["answer"] % 2)
+
+
+@pytest.mark.parametrize("retry", [2, 0])
+def test_retry_rolls_the_steps_failed_prompts_out_again_first_at_most_retry_times(tiny_model_dir, tmp_path, retry):
+    name = "tests.test_schedules.wrong_on_even"
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": name}],
+        dynamic_sampling={"enabled": True, "max_extra": 3.0, "retry": retry, "success_reward": name},
+    )
+    inputs = next(b for b in trainer.get_train_dataloader() if any(r["answer"] % 2 == 0 for r in b))
+    failed = [str(r["prompt"]) for r in inputs[::4] if r["answer"] % 2 == 0]
+    aside, retried, rounds = trainer._score_aside, [], []
+
+    def spy(rows, prefix):  # the groups rolled out as retries, one prompt each
+        retried.extend((str(r["prompt"]), r["answer"]) for r in rows[::4] if prefix == "retry/")
+        rounds.append(prefix)
+        return aside(rows, prefix)
+
+    trainer._score_aside = spy
+    torch.manual_seed(0)
+    trainer._generate_and_score_completions(inputs)
+    extra = trainer.prompts_seen[16::4]  # one prompt per group after the step's own 4 groups
+    metrics = trainer._metrics["train"]
+    assert len(extra) == 12  # no group teaches: the whole budget (3 batches of 4 groups) is spent
+    if retry:
+        # Each failed prompt comes back `retry` times, before any new prompt; new prompts that fail follow.
+        assert extra[: retry * len(failed)] == failed * retry
+        assert [p for p, _ in retried[: retry * len(failed)]] == failed * retry
+        assert len(retried) > retry * len(failed) and all(answer % 2 == 0 for _, answer in retried)
+        assert metrics["dynamic/retried"] == [float(len(retried))]
+        assert metrics["dynamic/retried_informative_frac"] == [0.0]
+        # Retried groups' figures go under retry/; the run's own stay those of groups drawn as new.
+        assert len(metrics["retry/frac_reward_zero_std"]) == len(rounds) == rounds.count("retry/") >= retry
+        assert len(metrics["frac_reward_zero_std"]) >= 2  # the step's own groups, then new prompts
+    else:
+        assert not retried and extra[: len(failed)] != failed and "dynamic/retried" not in metrics
 
 
 @pytest.mark.parametrize("curriculum", [True, False])

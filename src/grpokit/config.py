@@ -198,11 +198,20 @@ class DynamicSamplingSection:
     extra rollouts on prompts the policy half-solves instead of new ones it mostly has right or all wrong.
     Replayed groups are logged under `replay/` (their reward means, `replay/frac_reward_zero_std`), apart
     from the uniformly drawn prompts whose figures the run-health warnings judge; `dynamic/replayed` counts
-    them per step."""
+    them per step.
+
+    `retry`: a prompt whose group failed (no completion scored 1 on `success_reward`, e.g. correctness)
+    is rolled out again, with a fresh group, in the same step's extra rollouts before any other prompt, at
+    most this many times (0: never). Groups that all fail teach nothing, and the policy may still draw the
+    right answer with a few more tries (Reinforce-Ada's adaptive sampling, in groups of the recipe's size).
+    Retried groups are logged under `retry/`; `dynamic/retried` counts them per step and
+    `dynamic/retried_informative_frac` the share that taught something."""
 
     enabled: bool = False
     max_extra: float = 1.0  # extra rollouts per step, in batches (1.0: at most one more batch's worth)
     replay: int = 0
+    retry: int = 0
+    success_reward: str = "correctness"  # what `retry` calls success: this reward at 1 (or more)
 
     def validate(self) -> None:
         if self.max_extra < 0:
@@ -213,6 +222,15 @@ class DynamicSamplingSection:
             raise RecipeError(
                 "dynamic_sampling.replay draws prompts again in dynamic sampling's extra rollouts: set "
                 "dynamic_sampling.enabled: true and max_extra > 0, or replay: 0"
+            )
+        if self.retry < 0:
+            raise RecipeError(
+                f"dynamic_sampling.retry={self.retry}; use 0 (off) or the times a failed prompt may return"
+            )
+        if self.retry and not (self.enabled and self.max_extra > 0):
+            raise RecipeError(
+                "dynamic_sampling.retry rolls failed prompts out again in dynamic sampling's extra rollouts: set "
+                "dynamic_sampling.enabled: true and max_extra > 0, or retry: 0"
             )
 
 
@@ -618,6 +636,12 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
             build_task(recipe.task.name, {**recipe.task.params, curriculum.param: value}, recipe.task.tags)
         if curriculum.reward not in [spec.name for spec in recipe.rewards]:
             raise RecipeError(f"curriculum.reward={curriculum.reward!r} is not one of the stage's rewards")
+    sampling = recipe.dynamic_sampling
+    if sampling.retry and sampling.success_reward not in [spec.name for spec in recipe.rewards]:
+        raise RecipeError(
+            f"dynamic_sampling.success_reward={sampling.success_reward!r} is not one of the stage's rewards "
+            f"({', '.join(spec.name for spec in recipe.rewards)}); name the one that says a completion is right"
+        )
     if recipe.dynamic_sampling.enabled and recipe.launch.processes > 1:
         raise RecipeError("dynamic_sampling runs in one process; set launch.processes: 1 or turn it off")
     if not recipe.rewards:

@@ -5,6 +5,8 @@ object the trainer calls once per step; they are plain Python, tested without a 
 
 - `fill_batch` is DAPO's dynamic sampling: it keeps the groups whose rewards differ (the others have
   advantage 0 and teach nothing) and fills the batch with them from extra rollouts.
+- `failing_groups` finds the groups none of whose completions succeeded, which dynamic sampling's `retry`
+  rolls out again within the step (Reinforce-Ada's adaptive sampling: a few more tries may draw the answer).
 - `Replay` holds the prompts whose groups taught something, so that later steps' extra rollouts draw
   them again before drawing new ones (prompts at the policy's frontier, as Kimi k1.5's prioritised
   sampling favours problems the policy still fails).
@@ -34,6 +36,18 @@ def informative_groups(advantages: torch.Tensor, group: int) -> torch.Tensor:
     [False, True]
     """
     return (advantages.view(-1, group) != 0).any(dim=1)
+
+
+def failing_groups(advantages: torch.Tensor, success: torch.Tensor, group: int) -> torch.Tensor:
+    """[B] advantages and [B] success-reward values -> [B / group] True where the group teaches nothing and
+    no completion of it reached 1 (all wrong). A verifier failure (NaN) is not a failure of the policy.
+
+    >>> failing_groups(torch.tensor([0.0, 0, 0, 0, 1, -1]), torch.tensor([0.0, 0, 1, 1, 1, 0]), 2).tolist()
+    [True, False, False]
+    """
+    solved = success.view(-1, group) >= 1
+    unknown = torch.isnan(success.view(-1, group)).any(dim=1)
+    return ~informative_groups(advantages, group) & ~solved.any(dim=1) & ~unknown
 
 
 def fill_batch(

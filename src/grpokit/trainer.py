@@ -35,7 +35,15 @@ from grpokit.rollout import (
     unsupported_settings,
     wants_copy,
 )
-from grpokit.schedules import AdaptiveWeights, Curriculum, Replay, extra_prompt_rows, fill_batch, informative_groups
+from grpokit.schedules import (
+    AdaptiveWeights,
+    Curriculum,
+    Replay,
+    extra_prompt_rows,
+    failing_groups,
+    fill_batch,
+    informative_groups,
+)
 from grpokit.tasks.base import tokenize_prompts
 
 log = logging.getLogger(__name__)
@@ -55,6 +63,8 @@ class GrpoTrainer(GRPOTrainer):
         rollout_copy: bool = True,
         dynamic_max_extra: float | None = None,
         dynamic_replay: int = 0,
+        dynamic_retry: int = 0,
+        success_reward: str = "correctness",
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
         shared_prefix: bool = True,
@@ -74,6 +84,10 @@ class GrpoTrainer(GRPOTrainer):
         # Informative prompts drawn again in later steps' extra rollouts (4 batches' worth kept, newest first).
         groups = self.args.per_device_train_batch_size * self.args.steps_per_generation // self.num_generations
         self.replay = Replay(dynamic_replay, 4 * groups) if dynamic_replay and dynamic_max_extra else None
+        # Failed prompts rolled out again within their step, at most this many times each.
+        self.retry = dynamic_retry if dynamic_max_extra else 0
+        self.retry_reward = success_reward
+        self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -279,6 +293,8 @@ class GrpoTrainer(GRPOTrainer):
         if excluding:
             failed = torch.isnan(rewards_per_func[:, excluding]).any(dim=1)
             rewards_per_func[failed] = torch.nan
+        if self.retry and self.retry_reward in self.reward_func_names:
+            self._row_success = rewards_per_func[:, self.reward_func_names.index(self.retry_reward)].clone()
         mode = "train" if self.model.training else "eval"
         for name, share in groups_all_failing(rewards_per_func, self.num_generations, self.reward_func_names).items():
             self._metrics[mode][f"rewards/{name}/groups_all_fail"].append(share)
@@ -389,59 +405,78 @@ class GrpoTrainer(GRPOTrainer):
         data = self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
         rounds = iter(range(1, 1_000_000))
         found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
-        replayed = replayed_useful = 0
+        failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
+        counts = {"replayed": 0, "replayed_useful": 0, "retried": 0, "retried_useful": 0}
 
-        def note(rows: list[dict[str, Any]], tries: list[int], scored: dict[str, Any]) -> list[bool]:
-            if self.replay is None:  # nothing to queue
-                return []
+        def note(rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
+            """Queue the informative prompts for replay and the failed ones for a retry; the informative count."""
             useful = informative_groups(scored["advantages"], group).tolist()
-            found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
-            return useful
+            if self.replay is not None:
+                found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
+            if self.retry and self._row_success is not None:
+                lost = failing_groups(scored["advantages"], self._row_success, group).tolist()
+                failed.extend((row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < self.retry)
+            return sum(useful)
 
         def more(groups: int) -> dict[str, Any]:
-            nonlocal replayed, replayed_useful
+            if failed:  # this step's failed prompts first: more tries where the policy has not found the answer
+                taken = [failed.pop(0) for _ in range(min(groups, len(failed)))]
+                rows = [row for row, _ in taken]
+                scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "retry/")
+                counts["retried"] += len(rows)
+                counts["retried_useful"] += note(rows, [0] * len(rows), [r + 1 for _, r in taken], scored)
+                return scored
             if self.replay is not None and len(self.replay):
                 taken = self.replay.take(groups)
                 rows = [row for row, _ in taken]
-                scored = self._score_aside([dict(row) for row in rows for _ in range(group)])
-                replayed += len(rows)
-                replayed_useful += sum(note(rows, [t for _, t in taken], scored))
+                scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "replay/")
+                counts["replayed"] += len(rows)
+                counts["replayed_useful"] += note(rows, [t for _, t in taken], [0] * len(rows), scored)
                 return scored
             seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
             drawn = extra_prompt_rows(data, groups, group, seed)
             scored = self._score(drawn)
-            note(drawn[::group], [0] * groups, scored)
+            note(drawn[::group], [0] * groups, [0] * groups, scored)
             return scored
 
-        note(list(inputs[::group]), [0] * (len(inputs) // group), batch)
+        first = list(inputs[::group])
+        note(first, [0] * len(first), [0] * len(first), batch)
         size = batch["advantages"].numel() // group
         batch, stats = fill_batch(
             batch, more, group, round(self.dynamic_max_extra * size), self._tokenizer.pad_token_id
         )
         if self.replay is not None:
             self.replay.push(found)
-            stats["dynamic/replayed"] = float(replayed)
-            if replayed:
-                stats["dynamic/replayed_informative_frac"] = replayed_useful / replayed
+            stats["dynamic/replayed"] = float(counts["replayed"])
+            if counts["replayed"]:
+                stats["dynamic/replayed_informative_frac"] = counts["replayed_useful"] / counts["replayed"]
+        if self.retry:
+            stats["dynamic/retried"] = float(counts["retried"])
+            if counts["retried"]:
+                stats["dynamic/retried_informative_frac"] = counts["retried_useful"] / counts["retried"]
         for key, value in stats.items():
             self._metrics["train"][key].append(value)
         return batch
 
-    def _score_aside(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """`_score`, its logged figures moved under `replay/`: the run's own figures (reward means,
-        frac_reward_zero_std, which the run-health warnings read) stay those of uniformly drawn prompts.
-        Reward error counts stay where they are: a failed verifier is reported wherever it failed."""
+    def _score_aside(self, inputs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+        """`_score`, its logged figures moved under `prefix` (`replay/`, `retry/`): the run's own figures
+        (reward means, frac_reward_zero_std, which the run-health warnings read) stay those of prompts drawn
+        as new. Reward error counts stay where they are: a failed verifier is reported wherever it failed."""
         metrics = self._metrics["train"]
         before = {key: len(values) for key, values in metrics.items()}
         scored = self._score(inputs)
-        for key in list(metrics):
-            start = before.get(key, 0)
-            if key.endswith("/errors") or len(metrics[key]) <= start:
-                continue
-            metrics[f"replay/{key}"].extend(metrics[key][start:])
-            del metrics[key][start:]
+        # What this scoring logged, found before anything moves (a second round in one step must not move
+        # the first round's figures again, to `replay/replay/...`).
+        added = {
+            key: values[before.get(key, 0) :]
+            for key, values in metrics.items()
+            if len(values) > before.get(key, 0) and not key.endswith("/errors")
+        }
+        for key, values in added.items():
+            del metrics[key][before.get(key, 0) :]
             if not metrics[key]:
                 del metrics[key]
+            metrics[f"{prefix}{key}"].extend(values)
         return scored
 
     def _step_schedules(self, success: dict[str, float]) -> None:
