@@ -630,19 +630,19 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
                 "or task.prefill_think"
             )
         return
-    curriculum = recipe.curriculum
+    curriculum, sampling = recipe.curriculum, recipe.dynamic_sampling
+    names = [spec.name for spec in recipe.rewards]
     if curriculum.param is not None:
         for value in curriculum.levels:
             build_task(recipe.task.name, {**recipe.task.params, curriculum.param: value}, recipe.task.tags)
-        if curriculum.reward not in [spec.name for spec in recipe.rewards]:
+        if curriculum.reward not in names:
             raise RecipeError(f"curriculum.reward={curriculum.reward!r} is not one of the stage's rewards")
-    sampling = recipe.dynamic_sampling
-    if sampling.retry and sampling.success_reward not in [spec.name for spec in recipe.rewards]:
+    if sampling.retry and sampling.success_reward not in names:
         raise RecipeError(
             f"dynamic_sampling.success_reward={sampling.success_reward!r} is not one of the stage's rewards "
-            f"({', '.join(spec.name for spec in recipe.rewards)}); name the one that says a completion is right"
+            f"({', '.join(names)}); name the one that says a completion is right"
         )
-    if recipe.dynamic_sampling.enabled and recipe.launch.processes > 1:
+    if sampling.enabled and recipe.launch.processes > 1:
         raise RecipeError("dynamic_sampling runs in one process; set launch.processes: 1 or turn it off")
     if not recipe.rewards:
         raise RecipeError(

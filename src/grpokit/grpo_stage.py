@@ -75,7 +75,7 @@ def build_trainer(
         dynamic_max_extra=recipe.dynamic_sampling.max_extra if recipe.dynamic_sampling.enabled else None,
         dynamic_replay=recipe.dynamic_sampling.replay if recipe.dynamic_sampling.enabled else 0,
         dynamic_retry=recipe.dynamic_sampling.retry if recipe.dynamic_sampling.enabled else 0,
-        success_reward=recipe.dynamic_sampling.success_reward,
+        retry_reward=recipe.dynamic_sampling.success_reward,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),
     )

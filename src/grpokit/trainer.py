@@ -64,7 +64,7 @@ class GrpoTrainer(GRPOTrainer):
         dynamic_max_extra: float | None = None,
         dynamic_replay: int = 0,
         dynamic_retry: int = 0,
-        success_reward: str = "correctness",
+        retry_reward: str = "correctness",
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
         shared_prefix: bool = True,
@@ -86,7 +86,7 @@ class GrpoTrainer(GRPOTrainer):
         self.replay = Replay(dynamic_replay, 4 * groups) if dynamic_replay and dynamic_max_extra else None
         # Failed prompts rolled out again within their step, at most this many times each.
         self.retry = dynamic_retry if dynamic_max_extra else 0
-        self.retry_reward = success_reward
+        self.retry_reward = retry_reward  # what retry calls success (the curriculum's is self.success_reward)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
@@ -410,6 +410,8 @@ class GrpoTrainer(GRPOTrainer):
 
         def note(rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
             """Queue the informative prompts for replay and the failed ones for a retry; the informative count."""
+            if self.replay is None and not self.retry:  # nothing to queue or count
+                return 0
             useful = informative_groups(scored["advantages"], group).tolist()
             if self.replay is not None:
                 found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
@@ -420,7 +422,7 @@ class GrpoTrainer(GRPOTrainer):
 
         def more(groups: int) -> dict[str, Any]:
             if failed:  # this step's failed prompts first: more tries where the policy has not found the answer
-                taken = [failed.pop(0) for _ in range(min(groups, len(failed)))]
+                taken, failed[:] = failed[:groups], failed[groups:]
                 rows = [row for row, _ in taken]
                 scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "retry/")
                 counts["retried"] += len(rows)
