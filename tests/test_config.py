@@ -97,6 +97,12 @@ def test_grpo_section_becomes_grpo_config():
         ("dynamic_sampling: {retry: 1}\n", "dynamic_sampling.retry rolls failed prompts.*enabled: true"),
         ("dynamic_sampling: {enabled: true, retry: -1}\n", "dynamic_sampling.retry=-1"),
         ("dynamic_sampling: {enabled: true, retry: 1}\n", "success_reward='correctness' is not one of.*format"),
+        ("dynamic_sampling: {enabled: true, guide: true}\n", "guide puts a demonstration.*retry >= 1"),
+        (
+            "rewards: [{name: correctness}]\ndynamic_sampling: {enabled: true, retry: 1, guide: true}\n"
+            "train_pass: {sampler_logprobs: true}\n",
+            "guide: a demonstration row has no sampler log-probabilities",
+        ),
     ],
 )
 def test_bad_recipes_fail_with_the_key_named(tmp_path, text, message):

@@ -7,6 +7,7 @@ import torch
 
 from grpokit.config import AdaptiveSection, build_recipe
 from grpokit.schedules import AdaptiveWeights, Curriculum, Replay, failing_groups, fill_batch, informative_groups
+from grpokit.tasks import build_task
 from tests.conftest import tiny_recipe
 
 
@@ -218,6 +219,40 @@ def test_retry_rolls_the_steps_failed_prompts_out_again_first_at_most_retry_time
         assert len(metrics["frac_reward_zero_std"]) >= 2  # the step's own groups, then new prompts
     else:
         assert not retried and extra[: len(failed)] != failed and "dynamic/retried" not in metrics
+
+
+@pytest.mark.parametrize("guide", [True, False])
+def test_guide_puts_the_demonstration_into_a_failed_prompts_last_retry(tiny_model_dir, tmp_path, guide):
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": "correctness"}],  # the random model is never right; the demonstration always is
+        dynamic_sampling={"enabled": True, "max_extra": 1.0, "retry": 1, "guide": guide},
+        grpo={"max_completion_length": 48},  # room for a whole demonstration
+    )
+    task, aside, retried = build_task("arithmetic"), trainer._score_aside, []
+
+    def spy(rows, prefix):
+        scored = aside(rows, prefix)
+        texts = trainer.processing_class.batch_decode(scored["completion_ids"], skip_special_tokens=True)
+        retried.extend(zip(rows[::4], texts[::4], scored["advantages"][::4].tolist(), strict=True))
+        return scored
+
+    trainer._score_aside = spy
+    inputs = next(iter(trainer.get_train_dataloader()))
+    torch.manual_seed(0)
+    trainer._generate_and_score_completions(inputs)
+    metrics = trainer._metrics["train"]
+    assert len(retried) == 4  # every group of the step failed, and came back once (one batch's extra budget)
+    if guide:
+        for row, text, advantage in retried:
+            # The group's first row is the task's demonstration (after the prefilled <think>, if any), the
+            # only right completion of its group, so the group teaches towards it.
+            assert text.strip() in task.demonstration(row) and task.score(text, row) == 1.0 and advantage > 0
+        assert metrics["dynamic/guided"] == [4.0] and metrics["dynamic/retried_informative_frac"] == [1.0]
+    else:
+        assert all(task.score(text, row) == 0.0 for row, text, _ in retried) and "dynamic/guided" not in metrics
+        assert metrics["dynamic/retried_informative_frac"] == [0.0]
 
 
 @pytest.mark.parametrize("curriculum", [True, False])

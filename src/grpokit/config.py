@@ -205,13 +205,20 @@ class DynamicSamplingSection:
     most this many times (0: never). Groups that all fail teach nothing, and the policy may still draw the
     right answer with a few more tries (Reinforce-Ada's adaptive sampling, in groups of the recipe's size).
     Retried groups are logged under `retry/`; `dynamic/retried` counts them per step and
-    `dynamic/retried_informative_frac` the share that taught something."""
+    `dynamic/retried_informative_frac` the share that taught something.
+
+    `guide`: a failed prompt's last retry carries the task's worked demonstration in one row of its group
+    (off-policy guidance, as in LUFFY): a policy that is confidently wrong on a problem samples the same
+    wrong answer again, and a right answer in the group gives it one to move towards. These rows are the
+    only trained tokens the policy did not draw; `dynamic/guided` counts them per step. Needs `retry` >= 1
+    and a task that writes demonstrations."""
 
     enabled: bool = False
     max_extra: float = 1.0  # extra rollouts per step, in batches (1.0: at most one more batch's worth)
     replay: int = 0
     retry: int = 0
     success_reward: str = "correctness"  # what `retry` calls success: this reward at 1 (or more)
+    guide: bool = False
 
     def validate(self) -> None:
         if self.max_extra < 0:
@@ -231,6 +238,13 @@ class DynamicSamplingSection:
             raise RecipeError(
                 "dynamic_sampling.retry rolls failed prompts out again in dynamic sampling's extra rollouts: set "
                 "dynamic_sampling.enabled: true and max_extra > 0, or retry: 0"
+            )
+        if not isinstance(self.guide, bool):
+            raise RecipeError(f"dynamic_sampling.guide={self.guide!r}; use true or false")
+        if self.guide and not self.retry:
+            raise RecipeError(
+                "dynamic_sampling.guide puts a demonstration into a failed prompt's last retry: set "
+                "dynamic_sampling.retry >= 1, or guide: false"
             )
 
 
@@ -641,6 +655,13 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
         raise RecipeError(
             f"dynamic_sampling.success_reward={sampling.success_reward!r} is not one of the stage's rewards "
             f"({', '.join(names)}); name the one that says a completion is right"
+        )
+    if sampling.guide and task.demonstration(task.example("train", 0)) is None:
+        raise RecipeError(f"dynamic_sampling.guide: task {task.name!r} cannot write demonstrations; set guide: false")
+    if sampling.guide and recipe.train_pass.sampler_logprobs:
+        raise RecipeError(
+            "dynamic_sampling.guide: a demonstration row has no sampler log-probabilities; set "
+            "train_pass.sampler_logprobs: false, or guide: false"
         )
     if sampling.enabled and recipe.launch.processes > 1:
         raise RecipeError("dynamic_sampling runs in one process; set launch.processes: 1 or turn it off")

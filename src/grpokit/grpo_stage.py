@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from grpokit.health import HealthMonitor
 from grpokit.rewards import make_reward, to_trl
 from grpokit.schedules import AdaptiveWeights, Curriculum
 from grpokit.tasks import build_task
-from grpokit.tasks.base import think_prefilled
+from grpokit.tasks.base import Task, think_prefilled
 
 
 def build_trainer(
@@ -76,6 +76,7 @@ def build_trainer(
         dynamic_replay=recipe.dynamic_sampling.replay if recipe.dynamic_sampling.enabled else 0,
         dynamic_retry=recipe.dynamic_sampling.retry if recipe.dynamic_sampling.enabled else 0,
         retry_reward=recipe.dynamic_sampling.success_reward,
+        guide=_guide(task, recipe) if recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.guide else None,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),
     )
@@ -99,6 +100,20 @@ def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:
     return build_train_dataset(
         task, tokenizer, dataclasses.replace(recipe, task=dataclasses.replace(recipe.task, params=params))
     )
+
+
+def _guide(task: Task, recipe: Recipe) -> Callable[[dict[str, Any]], str]:
+    """dynamic_sampling.guide's demonstration for a prompt row, as the completion of its prompt."""
+    from grpokit.cold_start import opened_by_prompt
+
+    def guide(row: dict[str, Any]) -> str:
+        text = task.demonstration(row)
+        if text is None:
+            raise ValueError(f"task {task.name!r} wrote no demonstration for {row.get('prompt')!r}")
+        prompt = row.get("prompt")
+        return opened_by_prompt(text, prompt, task.tags) if isinstance(prompt, str) else text
+
+    return guide
 
 
 def _curriculum(recipe: Recipe, tokenizer: Any) -> tuple[Curriculum, list[Any], str] | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ class GrpoTrainer(GRPOTrainer):
         dynamic_replay: int = 0,
         dynamic_retry: int = 0,
         retry_reward: str = "correctness",
+        guide: Callable[[dict[str, Any]], str] | None = None,
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
         shared_prefix: bool = True,
@@ -88,6 +90,9 @@ class GrpoTrainer(GRPOTrainer):
         self.retry = dynamic_retry if dynamic_max_extra else 0
         self.retry_reward = retry_reward  # what retry calls success (the curriculum's is self.success_reward)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
+        # A failed prompt's last retry: one row of its group is the demonstration `guide(row)` writes.
+        self.guide = guide if self.retry else None
+        self._guided: dict[int, list[int]] = {}  # row of the batch being rolled out -> its demonstration's ids
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -102,6 +107,9 @@ class GrpoTrainer(GRPOTrainer):
         if self.rollout_fallback:  # one line for the run: a setting is never dropped silently
             lost = f", without stopping at {' or '.join(self.stop_texts)}" if self.stop_texts else ""
             log.warning("rollouts on TRL's generation%s: grpokit's sampler %s", lost, self.rollout_fallback)
+        if self.guide is not None and self.rollout_fallback:
+            log.warning("dynamic_sampling.guide ignored: the demonstration replaces a draw of grpokit's sampler")
+            self.guide = None
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.sampler_logprobs = sampler_logprobs and self._sampler_logprobs_allowed()
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
@@ -238,6 +246,8 @@ class GrpoTrainer(GRPOTrainer):
                     tokenizer=self._tokenizer,
                     logprobs=self.sampler_logprobs,
                 )
+        for row, ids in self._guided.items():  # guidance: the demonstration instead of this row's draw
+            drawn[row] = list(ids)
         # TRL pads the log-probabilities into the batch as `sampling_per_token_logps` (see `_score`).
         return drawn if self.sampler_logprobs else (drawn, None)
 
@@ -406,7 +416,7 @@ class GrpoTrainer(GRPOTrainer):
         rounds = iter(range(1, 1_000_000))
         found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
         failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
-        counts = {"replayed": 0, "replayed_useful": 0, "retried": 0, "retried_useful": 0}
+        counts = {"replayed": 0, "replayed_useful": 0, "retried": 0, "retried_useful": 0, "guided": 0}
 
         def note(rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
             """Queue the informative prompts for replay and the failed ones for a retry; the informative count."""
@@ -424,7 +434,14 @@ class GrpoTrainer(GRPOTrainer):
             if failed:  # this step's failed prompts first: more tries where the policy has not found the answer
                 taken, failed[:] = failed[:groups], failed[groups:]
                 rows = [row for row, _ in taken]
-                scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "retry/")
+                if self.guide is not None:  # each group's first row, on the prompt's last retry
+                    last = [i for i, (_, r) in enumerate(taken) if r + 1 == self.retry]
+                    self._guided = {i * group: self._demonstration_ids(rows[i]) for i in last}
+                    counts["guided"] += len(last)
+                try:
+                    scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "retry/")
+                finally:
+                    self._guided = {}
                 counts["retried"] += len(rows)
                 counts["retried_useful"] += note(rows, [0] * len(rows), [r + 1 for _, r in taken], scored)
                 return scored
@@ -456,9 +473,20 @@ class GrpoTrainer(GRPOTrainer):
             stats["dynamic/retried"] = float(counts["retried"])
             if counts["retried"]:
                 stats["dynamic/retried_informative_frac"] = counts["retried_useful"] / counts["retried"]
+        if self.guide is not None:
+            stats["dynamic/guided"] = float(counts["guided"])
         for key, value in stats.items():
             self._metrics["train"][key].append(value)
         return batch
+
+    def _demonstration_ids(self, row: dict[str, Any]) -> list[int]:
+        """`guide(row)` as completion token ids, ended as a sampled row would be: on a stop text, else EOS;
+        at most max_completion_length tokens."""
+        text = self.guide(row)
+        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not any(text.rstrip().endswith(stop) for stop in self.stop_texts):
+            ids.append((_as_ids(self.generation_config.eos_token_id) or self.eos_token_ids)[0])
+        return ids[: self.max_completion_length]
 
     def _score_aside(self, inputs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
         """`_score`, its logged figures moved under `prefix` (`replay/`, `retry/`): the run's own figures
