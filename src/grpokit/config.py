@@ -239,8 +239,6 @@ class DynamicSamplingSection:
                 "dynamic_sampling.retry rolls failed prompts out again in dynamic sampling's extra rollouts: set "
                 "dynamic_sampling.enabled: true and max_extra > 0, or retry: 0"
             )
-        if not isinstance(self.guide, bool):
-            raise RecipeError(f"dynamic_sampling.guide={self.guide!r}; use true or false")
         if self.guide and not self.retry:
             raise RecipeError(
                 "dynamic_sampling.guide puts a demonstration into a failed prompt's last retry: set "
@@ -633,8 +631,10 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
             "(see grpokit env); install them, or set sandbox.allow_unconfined: true to score without"
         )
     _validate_prefill(recipe)
+    # A task's first demonstration, read only where one is needed (None: the task writes none).
+    wants = kind == "sft" or recipe.dynamic_sampling.guide
+    demonstration = task.demonstration(task.example("train", 0)) if wants else None
     if kind == "sft":
-        demonstration = task.demonstration(task.example("train", 0))
         if demonstration is None:
             raise RecipeError(f"task {task.name!r} cannot write demonstrations, so it has no sft stage")
         if recipe.task.prefill_think and not demonstration.lstrip().startswith(recipe.task.tags.think_open):
@@ -656,7 +656,7 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
             f"dynamic_sampling.success_reward={sampling.success_reward!r} is not one of the stage's rewards "
             f"({', '.join(names)}); name the one that says a completion is right"
         )
-    if sampling.guide and task.demonstration(task.example("train", 0)) is None:
+    if sampling.guide and demonstration is None:
         raise RecipeError(f"dynamic_sampling.guide: task {task.name!r} cannot write demonstrations; set guide: false")
     if sampling.guide and recipe.train_pass.sampler_logprobs:
         raise RecipeError(

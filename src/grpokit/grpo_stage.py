@@ -76,7 +76,7 @@ def build_trainer(
         dynamic_replay=recipe.dynamic_sampling.replay if recipe.dynamic_sampling.enabled else 0,
         dynamic_retry=recipe.dynamic_sampling.retry if recipe.dynamic_sampling.enabled else 0,
         retry_reward=recipe.dynamic_sampling.success_reward,
-        guide=_guide(task, recipe) if recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.guide else None,
+        guide=_guide(task) if recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.guide else None,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),
     )
@@ -102,7 +102,7 @@ def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:
     )
 
 
-def _guide(task: Task, recipe: Recipe) -> Callable[[dict[str, Any]], str]:
+def _guide(task: Task) -> Callable[[dict[str, Any]], str]:
     """dynamic_sampling.guide's demonstration for a prompt row, as the completion of its prompt."""
     from grpokit.cold_start import opened_by_prompt
 

@@ -90,9 +90,6 @@ class GrpoTrainer(GRPOTrainer):
         self.retry = dynamic_retry if dynamic_max_extra else 0
         self.retry_reward = retry_reward  # what retry calls success (the curriculum's is self.success_reward)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
-        # A failed prompt's last retry: one row of its group is the demonstration `guide(row)` writes.
-        self.guide = guide if self.retry else None
-        self._guided: dict[int, list[int]] = {}  # row of the batch being rolled out -> its demonstration's ids
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -107,9 +104,12 @@ class GrpoTrainer(GRPOTrainer):
         if self.rollout_fallback:  # one line for the run: a setting is never dropped silently
             lost = f", without stopping at {' or '.join(self.stop_texts)}" if self.stop_texts else ""
             log.warning("rollouts on TRL's generation%s: grpokit's sampler %s", lost, self.rollout_fallback)
-        if self.guide is not None and self.rollout_fallback:
+        # A failed prompt's last retry: one row of its group is the demonstration `guide(row)` writes, in place
+        # of a draw of grpokit's sampler (so not on TRL's or vLLM's generation).
+        if guide is not None and self.retry and self.rollout_fallback:
             log.warning("dynamic_sampling.guide ignored: the demonstration replaces a draw of grpokit's sampler")
-            self.guide = None
+        self.guide = guide if self.retry and not self.rollout_fallback else None
+        self._guided: dict[int, list[int]] = {}  # row of the batch being rolled out -> its demonstration's ids
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.sampler_logprobs = sampler_logprobs and self._sampler_logprobs_allowed()
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
@@ -241,7 +241,7 @@ class GrpoTrainer(GRPOTrainer):
                     model,
                     prompt_ids,
                     settings,
-                    eos_ids=_as_ids(self.generation_config.eos_token_id) or self.eos_token_ids,
+                    eos_ids=self._eos_ids(),
                     pad_id=self._tokenizer.pad_token_id,
                     tokenizer=self._tokenizer,
                     logprobs=self.sampler_logprobs,
@@ -479,13 +479,17 @@ class GrpoTrainer(GRPOTrainer):
             self._metrics["train"][key].append(value)
         return batch
 
+    def _eos_ids(self) -> list[int]:
+        """The ids that end a rollout: the generation config's, else TRL's."""
+        return _as_ids(self.generation_config.eos_token_id) or self.eos_token_ids
+
     def _demonstration_ids(self, row: dict[str, Any]) -> list[int]:
         """`guide(row)` as completion token ids, ended as a sampled row would be: on a stop text, else EOS;
         at most max_completion_length tokens."""
         text = self.guide(row)
         ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
         if not any(text.rstrip().endswith(stop) for stop in self.stop_texts):
-            ids.append((_as_ids(self.generation_config.eos_token_id) or self.eos_token_ids)[0])
+            ids.append(self._eos_ids()[0])
         return ids[: self.max_completion_length]
 
     def _score_aside(self, inputs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
