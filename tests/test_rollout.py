@@ -12,6 +12,21 @@ def model_and_tokenizer(tiny_model_dir):
     return model.eval(), tokenizer
 
 
+@pytest.fixture(params=["transformers", "grpokit"])
+def sampler(request, model_and_tokenizer):
+    """The sampling tests run on both decoding engines: transformers' forward (on a model whose parameters
+    train, which `grpokit.decode` leaves alone) and grpokit's decoder (on a frozen model, as the rollout copy
+    and evaluation's merged copy are)."""
+    from grpokit.decode import refusal
+
+    model, tokenizer = model_and_tokenizer
+    frozen = request.param == "grpokit"
+    model.requires_grad_(not frozen)
+    assert (refusal(model) is None) == frozen
+    yield model, tokenizer
+    model.requires_grad_(True)
+
+
 def greedy_reference(model, tokenizer, prompts, max_new_tokens, eos_ids):
     """transformers' own greedy generate, one prompt at a time (no padding involved)."""
     out = []
@@ -31,9 +46,9 @@ def greedy_reference(model, tokenizer, prompts, max_new_tokens, eos_ids):
 PROMPTS = [[5, 9, 13, 2], [5, 9, 13, 2], [5, 9, 13, 2], [7, 3], [7, 3], [11, 4, 6, 8, 10, 12]]
 
 
-def test_top_1_sampling_equals_greedy_generate(model_and_tokenizer):
+def test_top_1_sampling_equals_greedy_generate(sampler):
     """Shared prompt caches, left padding, positions and rows leaving the batch: all match generate."""
-    model, tokenizer = model_and_tokenizer
+    model, tokenizer = sampler
     free = greedy_reference(model, tokenizer, PROMPTS, 12, [tokenizer.eos_token_id])
     # Make some rows end early: a token that one row emits at step 3 becomes an EOS token.
     eos = [tokenizer.eos_token_id, free[3][3]]
@@ -43,11 +58,11 @@ def test_top_1_sampling_equals_greedy_generate(model_and_tokenizer):
     assert any(len(row) < 12 for row in got) and any(len(row) == 12 for row in got)
 
 
-def test_a_shared_prompt_prefix_is_forwarded_once_with_the_same_result(model_and_tokenizer, monkeypatch):
+def test_a_shared_prompt_prefix_is_forwarded_once_with_the_same_result(sampler, monkeypatch):
     """Prompts of one chat template share their system prompt: forwarded once, the samples do not change."""
     import grpokit.rollout as rollout
 
-    model, tokenizer = model_and_tokenizer
+    model, tokenizer = sampler
     head = [5, 9, 13, 2, 7, 3, 11, 4, 6, 8]  # a common prefix of 10 tokens, then suffixes of 1 to 4 tokens
     prompts = [[*head, 20, 21], [*head, 20, 21], [*head, 30], [*head, 40, 41, 42, 43]]
     eos = [tokenizer.eos_token_id]
@@ -82,11 +97,13 @@ def scripted_draws(monkeypatch, script):
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_prompts_meet_the_vocabulary_at_their_last_position_only(model_and_tokenizer, shared):
+def test_prompts_meet_the_vocabulary_at_their_last_position_only(sampler, shared):
     """Logits for every prompt position would be [rows, prompt tokens, vocabulary] floats: 1.2 GB for an
     evaluation batch of 100 prompts of 60 tokens with SmolLM2's 49,152-token vocabulary. The prefill (with
     a shared prefix forwarded apart, or without) and each decoding step ask for one position per row."""
-    model, tokenizer = model_and_tokenizer
+    from grpokit.decode import refusal
+
+    model, tokenizer = sampler
     prefix = list(range(20, 29)) if shared else []  # 9 tokens: long enough to be forwarded once
     prompts = [prefix + p for p in PROMPTS]
     positions = []
@@ -96,7 +113,10 @@ def test_prompts_meet_the_vocabulary_at_their_last_position_only(model_and_token
         sample(model, prompts, settings, eos_ids=[-1], pad_id=tokenizer.pad_token_id)  # -1: no row ends early
     finally:
         hook.remove()
-    assert len(positions) == (2 if shared else 1) + 2  # prefill(s), then two decoding steps
+    # prefill(s), then two decoding steps on transformers' forward; grpokit's decoder computes its LM head
+    # itself, into a [rows, vocabulary] buffer (`test_decode`)
+    decoding_steps = 0 if refusal(model) is None else 2
+    assert len(positions) == (2 if shared else 1) + decoding_steps
     assert set(positions) == {1}
 
 
@@ -107,14 +127,12 @@ def test_prompts_meet_the_vocabulary_at_their_last_position_only(model_and_token
         (2, True, [20, 21, 22, 2]),  # an end token the model drew: kept, so stopping well is taught
     ],
 )
-def test_a_stop_text_ends_the_row_on_tokens_the_model_drew(
-    model_and_tokenizer, monkeypatch, after_stop, is_end, expected
-):
+def test_a_stop_text_ends_the_row_on_tokens_the_model_drew(sampler, monkeypatch, after_stop, is_end, expected):
     """Nothing the model did not draw is returned: the trainer trains every returned token with its row's
     advantage, and an appended EOS would push rows with a negative advantage away from stopping."""
     from grpokit.rollout import finished
 
-    model, tokenizer = model_and_tokenizer
+    model, tokenizer = sampler
     eos = [tokenizer.eos_token_id, *([after_stop] if is_end else [])]
     scripted_draws(monkeypatch, [20, 21, 22, after_stop, 50, 51, 52])
     stop = tokenizer.decode([21, 22])
@@ -125,16 +143,16 @@ def test_a_stop_text_ends_the_row_on_tokens_the_model_drew(
     assert not finished([20, 50, 51], eos, tokenizer, (stop,))  # ran out of tokens
 
 
-def test_a_stop_text_at_the_token_limit_adds_nothing(model_and_tokenizer, monkeypatch):
-    model, tokenizer = model_and_tokenizer
+def test_a_stop_text_at_the_token_limit_adds_nothing(sampler, monkeypatch):
+    model, tokenizer = sampler
     scripted_draws(monkeypatch, [20, 21, 22, 2])
     settings = SamplingSettings(max_new_tokens=3, stop_texts=(tokenizer.decode([21, 22]),))
     (row,) = sample(model, PROMPTS[:1], settings, eos_ids=[tokenizer.eos_token_id, 2], pad_id=0, tokenizer=tokenizer)
     assert row == [20, 21, 22]  # never longer than max_new_tokens
 
 
-def test_min_new_tokens_holds_back_end_tokens_and_stop_texts(model_and_tokenizer):
-    model, tokenizer = model_and_tokenizer
+def test_min_new_tokens_holds_back_end_tokens_and_stop_texts(sampler):
+    model, tokenizer = sampler
     eos = [tokenizer.eos_token_id]
     free = greedy_reference(model, tokenizer, PROMPTS[:1], 12, eos)[0]
     stop = tokenizer.decode(free[4:6])
@@ -143,8 +161,8 @@ def test_min_new_tokens_holds_back_end_tokens_and_stop_texts(model_and_tokenizer
     assert len(row) >= 10 and free[1] not in row[:9]
 
 
-def test_first_token_frequencies_follow_the_softmax(model_and_tokenizer):
-    model, _ = model_and_tokenizer
+def test_first_token_frequencies_follow_the_softmax(sampler):
+    model, _ = sampler
     torch.manual_seed(0)
     prompt = [5, 9, 13, 2]
     with torch.no_grad():
@@ -157,11 +175,11 @@ def test_first_token_frequencies_follow_the_softmax(model_and_tokenizer):
 
 
 @pytest.mark.parametrize("settings", [SamplingSettings(8, temperature=0.7), SamplingSettings(8, top_k=5)])
-def test_sampled_log_probabilities_are_the_sampling_distributions(model_and_tokenizer, settings):
+def test_sampled_log_probabilities_are_the_sampling_distributions(sampler, settings):
     """Each token's log-probability is its own under the distribution it was drawn from (temperature,
     top-k): the model's logits at that position, teacher-forced, filtered the same way. The tokens are
     the ones `sample` draws without them."""
-    model, _ = model_and_tokenizer
+    model, _ = sampler
     prompts = [[5, 9, 13, 2]] * 3 + [[7, 3]] * 3
     torch.manual_seed(0)
     plain = sample(model, prompts, settings, eos_ids=[], pad_id=0)

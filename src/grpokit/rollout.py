@@ -168,6 +168,8 @@ def sample(
     cache.reorder_cache(expand)  # each prompt's KV cache copied to its group's rows
     logits, mask = logits[expand], mask[expand]
     rows = len(expand)
+    steps = _Steps(model, cache, mask, settings.max_new_tokens, cache_kwarg)
+    del cache  # the decoder copied it into its own buffers
     active = torch.arange(rows, device=device)  # original row index of each batch row
     produced: list[list[int]] = [[] for _ in range(rows)]
     drawn_logps: list[list[float]] = [[] for _ in range(rows)]
@@ -199,19 +201,53 @@ def sample(
             break
         keep = (~done).nonzero().squeeze(1)
         if len(keep) < len(active):  # finished rows leave the batch
-            cache.reorder_cache(keep)
-            active, tokens, mask = active[keep], tokens[keep], mask[keep]
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        positions = mask.sum(-1, keepdim=True) - 1
-        out = model(
-            input_ids=tokens.unsqueeze(1),
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{cache_kwarg: cache},
-        )
-        cache, logits = cache_of(out), out.logits[:, -1, :].float()
+            steps.keep(keep)
+            active, tokens = active[keep], tokens[keep]
+        logits = steps.step(tokens)
     return (produced, drawn_logps) if logprobs else produced
+
+
+class _Steps:
+    """The decoding steps after the prefill: `grpokit.decode.Decoder` where it covers the model (a
+    preallocated cache, fused projections), else transformers' forward with its own cache."""
+
+    def __init__(self, model: Any, cache: Any, mask: torch.Tensor, max_new: int, cache_kwarg: str) -> None:
+        from grpokit.decode import Decoder, refusal
+
+        self.model, self.cache, self.mask, self.cache_kwarg = model, cache, mask, cache_kwarg
+        self.positions = mask.sum(-1)  # [B] the next token's position: the real tokens so far
+        why = refusal(model)
+        if why and why not in _REFUSALS_LOGGED:
+            _REFUSALS_LOGGED.add(why)
+            log.info("decoding steps on transformers' forward, not grpokit.decode: %s", why)
+        self.decoder = None if why else Decoder(model)
+        if self.decoder:
+            self.decoder.start(cache, mask, max_new)
+            self.cache = None  # copied into the decoder's buffers
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.positions = self.positions[rows]
+        if self.decoder:
+            self.decoder.keep(rows)
+        else:
+            self.cache.reorder_cache(rows)
+            self.mask = self.mask[rows]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B] -> the next logits [B, V] (float32)."""
+        positions, self.positions = self.positions, self.positions + 1
+        if self.decoder:
+            return self.decoder.step(tokens, positions)
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        out = self.model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=self.mask,
+            position_ids=positions.unsqueeze(1),
+            use_cache=True,
+            **{self.cache_kwarg: self.cache},
+        )
+        self.cache = cache_of(out)
+        return out.logits[:, -1, :].float()
 
 
 SHARED_PREFIX_MIN = 8  # tokens: a shorter common prefix is prefilled with each prompt

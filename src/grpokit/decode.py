@@ -1,0 +1,219 @@
+"""Decoding steps for Llama-family models on a CPU, without transformers' per-module machinery.
+
+A decoding step forwards one token per row. For SmolLM2-135M at 32 rows in bf16 (AMD EPYC with
+AVX512-BF16), transformers' forward took 67 ms a step where the matmuls it needs take 25.5 ms one by one
+(bench/RESULTS.md v0.12): the rest is the growing cache's concatenations, casts, masks built each step,
+and Python going through 30 layers of modules, hooks and keyword arguments. `Decoder` runs the same
+arithmetic as transformers' Llama forward (RMSNorm in float32, rotary embeddings from the model's own
+rotary module, attention as `grpokit.attention` decodes: bf16 scores, a float32 softmax) with:
+
+- each layer's q/k/v projections fused into one matmul, and gate/up into another (fewer, larger GEMMs);
+- a key/value cache allocated once for the whole rollout and written in place (no `cat` per step);
+- the mask and rotary tables built once per rollout, indexed per step.
+
+It covers plain (merged, not peft-wrapped) Llama, Qwen2 and Qwen3 checkpoints in eval mode
+outside autocast, which is what grpokit samples from: the rollout copy and evaluation's merged model.
+`refusal` names why any other model keeps transformers' forward (the sampler falls back, the same tokens
+drawn from the same distribution). Prefill stays transformers' forward; `Decoder.start` takes its cache.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+
+def refusal(model: Any) -> str | None:
+    """Why `Decoder` cannot run this model's decoding steps exactly (None: it can)."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind not in _ARCHITECTURES:
+        return f"model type {kind!r} is not one of {', '.join(_ARCHITECTURES)}"
+    if model.training or any(p.requires_grad for p in model.parameters()):
+        return "the model trains (training mode, or parameters that require gradients)"
+    if torch.is_autocast_enabled(model.device.type):
+        return "autocast is on: the decoder computes in the weights' own dtype"
+    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "pretraining_tp", 1) != 1:
+        return "its MLP is not SiLU-gated or it splits matmuls (pretraining_tp)"
+    if getattr(config, "use_sliding_window", False):
+        return "it uses sliding-window attention"
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None or type(getattr(model, "lm_head", None)) is not torch.nn.Linear:
+        return "it has no model.layers or no plain Linear lm_head"
+    linear = torch.nn.Linear
+    for layer in layers:
+        modules = (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj)
+        modules += (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)
+        if any(type(m) is not linear for m in modules):
+            return "its projections are not plain Linear layers (an adapter or quantization wraps them)"
+        for group in (modules[:3], modules[4:6]):
+            if len({m.bias is None for m in group}) > 1 or len({m.weight.dtype for m in group}) > 1:
+                return "projections that would be fused differ in bias or dtype"
+        if kind == "qwen3" and not hasattr(layer.self_attn, "q_norm"):
+            return "a qwen3 layer without q_norm"
+    return None
+
+
+class Decoder:
+    """One token per row through a Llama-family model, with a preallocated cache. Usage:
+    `start(hf_cache, mask, max_new)` after transformers' prefill, then `step(tokens, positions)` -> logits
+    [B, V] float32 per step, and `keep(rows)` when rows leave the batch. The weights are read at `start`
+    (fused, see `fused`): they must not change until the rollout ends."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.body = model.model
+        config = model.config
+        attn = self.body.layers[0].self_attn
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.dim = getattr(attn, "head_dim", None) or config.hidden_size // self.heads
+        self.scaling = float(getattr(attn, "scaling", self.dim**-0.5))
+        # A power of two scales bf16 scores exactly: it goes into the scores' matmul (transformers scales
+        # the float32 copy; the same numbers). Any other scale is applied in float32, as there.
+        self.exact_scale = math.log2(self.scaling).is_integer()
+        self.qk_norm = config.model_type == "qwen3"
+
+    def start(self, cache: Any, mask: torch.Tensor, max_new: int) -> None:
+        """Copy transformers' prefill cache (rows already expanded to the batch) into buffers with room for
+        `max_new` more tokens; `mask` [B, L] marks the prefill's real (1) and padding (0) positions.
+
+        Attention reads the whole buffer at every step, its empty slots masked: a slice up to the filled
+        length is not contiguous, and the matmul copied it (keys and values, every layer, every step:
+        measured 8-90 ms of a 54 ms step, SmolLM2-135M at 32 rows). Empty slots hold zeros, so masked
+        scores meet finite values. Keys are held transposed ([D, T] per head), which their matmul reads
+        faster (91 against 123 us per layer at 32 rows)."""
+        rows, length = mask.shape
+        self.length, total = length, length + max_new
+        self.keys, self.values = [], []
+        for layer in cache.layers:
+            k, v = layer.keys, layer.values  # [B, Hkv, L, D]
+            kb = k.new_zeros(rows, self.kv_heads, self.dim, total)  # [B, Hkv, D, T]
+            vb = v.new_zeros(rows, self.kv_heads, total, self.dim)  # [B, Hkv, T, D]
+            kb[..., :length] = k.transpose(-1, -2)
+            vb[:, :, :length] = v
+            self.keys.append(kb)
+            self.values.append(vb)
+        dtype = self.keys[0].dtype
+        exact = torch.promote_types(dtype, torch.float32)
+        bias_dtype = dtype if self.exact_scale else exact
+        self.bias = torch.full((rows, self.kv_heads, 1, total), torch.finfo(bias_dtype).min, dtype=bias_dtype)
+        self.bias[..., :length].masked_fill_((mask == 1)[:, None, None, :], 0.0)  # [B, Hkv, 1, T] additive mask
+        positions = torch.arange(total + 1, device=mask.device).unsqueeze(0)
+        cos, sin = self.body.rotary_emb(self.keys[0], positions)  # [1, P, D] in the cache's dtype
+        half = self.dim // 2
+        self.cos = cos[0]
+        self.sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)  # rotate_half's sign folded in
+        # The LM head's output and its float32 copy, written in place: a fresh [B, V] tensor per step (6.3 MB
+        # at 32 rows) cost its page faults every time, 10 ms of a 54 ms step.
+        head = self.model.lm_head.weight
+        self.head_out = head.new_empty(rows, head.size(0))
+        self.logits = (
+            self.head_out if head.dtype == torch.float32 else torch.empty_like(self.head_out, dtype=torch.float32)
+        )
+        self.layers = []  # per layer, what a step reads: no module lookups in the loop
+        for layer in self.body.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            self.layers.append(
+                (
+                    layer.input_layernorm,
+                    fused((attn.q_proj, attn.k_proj, attn.v_proj)),
+                    (attn.q_norm, attn.k_norm) if self.qk_norm else None,
+                    (attn.o_proj.weight, attn.o_proj.bias),
+                    layer.post_attention_layernorm,
+                    fused((mlp.gate_proj, mlp.up_proj)),
+                    (mlp.down_proj.weight, mlp.down_proj.bias),
+                )
+            )
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only these batch rows (indices into the current batch)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+        self.bias = self.bias.index_select(0, rows)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """tokens [B] at positions [B] (their rotary positions) -> next-token logits [B, V] in float32, in a
+        buffer the next step overwrites."""
+        linear = torch.nn.functional.linear
+        rows = tokens.size(0)
+        slot = self.length
+        self.length += 1
+        h, hkv, d = self.heads, self.kv_heads, self.dim
+        group, half = h // hkv, d // 2
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [B, 1, D]
+        x = self.body.embed_tokens(tokens)  # [B, E]
+        self.bias[..., slot] = 0.0
+        bias = self.bias.view(rows * hkv, 1, -1)  # [B Hkv, 1, T]
+        for (norm1, (qkv_w, qkv_b), qk_norms, (o_w, o_b), norm2, (gu_w, gu_b), (down_w, down_b)), kc, vc in zip(
+            self.layers, self.keys, self.values, strict=True
+        ):
+            qkv = linear(norm1(x), qkv_w, qkv_b)  # [B, (H + 2 Hkv) D]
+            if qk_norms is None:
+                qk = qkv[:, : (h + hkv) * d].view(rows, h + hkv, d)
+            else:
+                qk = torch.cat(
+                    [
+                        qk_norms[0](qkv[:, : h * d].view(rows, h, d)),
+                        qk_norms[1](qkv[:, h * d : (h + hkv) * d].view(rows, hkv, d)),
+                    ],
+                    1,
+                )
+            qk = qk * cos + torch.cat([qk[..., half:], qk[..., :half]], dim=-1) * sin  # rotary, on q and k at once
+            kc[..., slot] = qk[:, h:]
+            vc[:, :, slot] = qkv[:, (h + hkv) * d :].view(rows, hkv, d)
+            q = qk[:, :h].reshape(rows * hkv, group, d)  # query heads grouped under their key/value head
+            if self.exact_scale:  # [B Hkv, G, T]
+                scores = torch.baddbmm(bias, q, kc.view(rows * hkv, d, -1), alpha=self.scaling)
+            else:
+                scores = torch.bmm(q, kc.view(rows * hkv, d, -1)).to(bias.dtype) * self.scaling + bias
+            probs = scores.softmax(-1, dtype=torch.float32).to(vc.dtype)
+            out = torch.bmm(probs, vc.view(rows * hkv, -1, d))  # [B Hkv, G, D]
+            x = x + linear(out.view(rows, h * d), o_w, o_b)
+            gate, up = linear(norm2(x), gu_w, gu_b).chunk(2, dim=-1)
+            x = x + linear(torch.nn.functional.silu(gate) * up, down_w, down_b)
+        head = self.model.lm_head
+        out, logits = self.head_out[:rows], self.logits[:rows]  # leading rows of a buffer: contiguous
+        if head.bias is None:
+            torch.mm(self.body.norm(x), head.weight.t(), out=out)
+        else:
+            torch.addmm(head.bias, self.body.norm(x), head.weight.t(), out=out)
+        if logits.data_ptr() != out.data_ptr():
+            logits.copy_(out)
+        return logits
+
+
+def fused(modules: tuple) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights (and biases) of Linear layers that read the same input, as one [sum of outputs, input]
+    matrix: one matmul instead of several (q/k/v: 576 -> 960 for SmolLM2-135M; gate/up: 576 -> 3072).
+
+    No copy is kept: the first call moves the layers' weights into one allocation and makes each a view
+    of its rows, so whatever later writes them in place (the rollout copy's `refresh`) writes the fused
+    matrix too, and freeing them (`RolloutCopy.release`) frees it. Until something reallocates a weight,
+    later calls only check that the rows still lie end to end and return the view."""
+    return _joined([m.weight for m in modules], modules, "weight"), (
+        None if modules[0].bias is None else _joined([m.bias for m in modules], modules, "bias")
+    )
+
+
+def _joined(tensors: list[torch.Tensor], modules: tuple, name: str) -> torch.Tensor:
+    first = tensors[0]
+    rows = sum(t.shape[0] for t in tensors)
+    offset, adjacent = first.storage_offset(), True
+    for t in tensors:
+        same = t.untyped_storage().data_ptr() == first.untyped_storage().data_ptr() and t.is_contiguous()
+        adjacent = adjacent and same and t.storage_offset() == offset
+        offset += t.numel()
+    if adjacent:
+        return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
+    joined = torch.cat([t.detach() for t in tensors])
+    start = 0
+    for module, t in zip(modules, tensors, strict=True):
+        getattr(module, name).data = joined[start : start + t.shape[0]]
+        start += t.shape[0]
+    return joined

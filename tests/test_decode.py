@@ -1,0 +1,140 @@
+import pytest
+import torch
+
+import grpokit.decode as decode
+import grpokit.rollout as rollout
+from grpokit.attention import use_grouped_attention
+from grpokit.rollout import SamplingSettings, sample
+
+
+def tiny(kind: str, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A random-weight model of each covered family, small enough to run in milliseconds: 6 query heads on
+    2 key/value heads (grouped, as SmolLM2's 9 on 3), 3 layers."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    shape = dict(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3)
+    shape.update(num_attention_heads=6, num_key_value_heads=2)
+    if kind == "llama":
+        # head size 16: a power-of-two score scale (1/4), SmolLM2's case (1/8), which the decoder folds into
+        # the scores' matmul; the other families' 8 (1/sqrt(8)) take the float32 path
+        model = LlamaForCausalLM(LlamaConfig(**shape, head_dim=16, rope_theta=100.0))
+    elif kind == "qwen3":  # an RMSNorm on each query and key head before the rotary embedding
+        model = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=8))
+        for layer in model.model.layers:
+            torch.nn.init.normal_(layer.self_attn.q_norm.weight, mean=1.0, std=0.3)
+    else:  # qwen2: biases on q/k/v, which the fused projection must carry
+        model = Qwen2ForCausalLM(Qwen2Config(**shape))
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                torch.nn.init.normal_(proj.bias, std=0.5)
+    for param in model.parameters():  # larger weights than the init's: logits that differ from token to token
+        param.data.mul_(4.0) if param.dim() > 1 else None
+    model = model.to(dtype).eval().requires_grad_(False)
+    use_grouped_attention(model)  # as the rollout copy is
+    return model
+
+
+# Left padding, a shared prefix, and prompts of different lengths in one batch.
+PROMPTS = (
+    [[5, 6, 7, 8, 9, 10, 11, 12, 13, 3]] * 3
+    + [[5, 6, 7, 8, 9, 10, 11, 12, 40, 41, 42, 43]] * 2
+    + [[5, 6, 7, 8, 9, 10, 11, 12, 60]]
+)
+
+
+def _prefilled(model, prompts):
+    distinct, counts = rollout.group_runs(prompts)
+    cache, logits, mask = rollout._prefill(model, distinct, 0, torch.device("cpu"), rollout._cache_argument(model))
+    expand = torch.repeat_interleave(torch.arange(len(distinct)), torch.tensor(counts))
+    cache.reorder_cache(expand)
+    return cache, logits[expand], mask[expand]
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_decoding_steps_give_transformers_logits(kind):
+    """Each step's logits equal transformers' forward with its own cache (fp32), rows leaving included."""
+    model = tiny(kind)
+    assert decode.refusal(model) is None
+    torch.manual_seed(1)
+    feed = torch.randint(0, 97, (8, len(PROMPTS)))  # the token each row reads at each step
+    runs = []
+    for use_decoder in (True, False):
+        cache, _, mask = _prefilled(model, PROMPTS)
+        steps = rollout._Steps(model, cache, mask, 8, rollout._cache_argument(model))
+        if not use_decoder:  # the same steps on transformers' forward
+            steps = rollout._Steps.__new__(rollout._Steps)
+            steps.model, steps.cache, steps.mask, steps.decoder = model, cache, mask, None
+            steps.cache_kwarg, steps.positions = rollout._cache_argument(model), mask.sum(-1)
+        assert (steps.decoder is not None) == use_decoder
+        rows, out = torch.arange(len(PROMPTS)), []
+        for i in range(8):
+            if i == 4:  # rows 1 and 4 leave the batch
+                rows = torch.tensor([0, 2, 3, 5])
+                steps.keep(torch.tensor([0, 2, 3, 5]))
+            out.append(steps.step(feed[i, rows]).clone())  # the decoder reuses its logits buffer
+        runs.append(out)
+    for fast, slow in zip(*runs, strict=True):
+        torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+        assert fast.dtype == torch.float32 and fast.abs().max() > 1  # logits that would show a wrong path
+        assert fast.shape == slow.shape and fast.dim() == 2  # one position per row, no [rows, positions, vocabulary]
+
+
+def test_bf16_decoding_stays_within_rounding_of_transformers():
+    """In bf16 the fused matmuls may round differently: the greedy tokens agree, the logits within bf16's
+    resolution of their size."""
+    model = tiny("llama", torch.bfloat16)
+    settings = SamplingSettings(max_new_tokens=10, top_k=1)
+    fast = sample(model, PROMPTS, settings, eos_ids=[96], pad_id=0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode, "refusal", lambda model: "off")
+        slow = sample(model, PROMPTS, settings, eos_ids=[96], pad_id=0)
+    assert fast == slow
+
+
+def test_sampling_with_the_decoder_draws_what_transformers_forward_draws(monkeypatch):
+    """T=1 sampling from one seed: the same tokens and log-probabilities either way."""
+    model = tiny("qwen2")
+    settings = SamplingSettings(max_new_tokens=12, temperature=1.0)
+    eos = [3, 17, 29]  # several end tokens: rows end at different steps
+    runs = []
+    for refuse in (False, True):
+        if refuse:
+            monkeypatch.setattr(decode, "refusal", lambda model: "off")
+        torch.manual_seed(7)
+        runs.append(sample(model, PROMPTS * 2, settings, eos_ids=eos, pad_id=0, logprobs=True))
+    (fast, fast_lp), (slow, slow_lp) = runs
+    assert fast == slow
+    assert any(len(r) < 12 for r in fast) and any(len(r) == 12 for r in fast)
+    for a, b in zip(fast_lp, slow_lp, strict=True):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_fused_projections_are_views_that_follow_writes_and_reallocations():
+    model = tiny("qwen2")
+    attn = model.model.layers[0].self_attn
+    weight, bias = decode.fused((attn.q_proj, attn.k_proj, attn.v_proj))
+    assert weight.shape == (48 + 2 * 16, 48) and bias.shape == (48 + 2 * 16,)
+    attn.k_proj.weight.data.fill_(0.5)  # an in-place write (the rollout copy's refresh) shows in the fused matrix
+    again, _ = decode.fused((attn.q_proj, attn.k_proj, attn.v_proj))
+    assert again.data_ptr() == weight.data_ptr() and bool((again[48:64] == 0.5).all())
+    attn.v_proj.weight.data = torch.full_like(attn.v_proj.weight, 2.0)  # reallocated (a released copy's weights)
+    rebuilt, _ = decode.fused((attn.q_proj, attn.k_proj, attn.v_proj))
+    assert bool((rebuilt[64:] == 2.0).all()) and bool((rebuilt[48:64] == 0.5).all())
+    assert attn.v_proj.weight.data_ptr() == rebuilt[64:].data_ptr()  # the layers are views again
+
+
+def test_models_the_decoder_cannot_run_exactly_keep_transformers_forward(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = tiny("llama")
+    assert decode.refusal(model) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert "autocast" in decode.refusal(model)
+    assert "trains" in decode.refusal(tiny("llama").requires_grad_(True))
+    adapted = get_peft_model(tiny("llama"), LoraConfig(r=2, target_modules=["q_proj"])).get_base_model()
+    adapted.requires_grad_(False)
+    assert "Linear" in decode.refusal(adapted)
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50)).eval().requires_grad_(False)
+    assert "gpt2" in decode.refusal(gpt2)
