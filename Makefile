@@ -45,6 +45,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python bench/bench_step.py --workload recipe
 	$(BIN)/python bench/bench_train_pass.py
+	$(BIN)/python bench/bench_decode.py
 
 bench-skill: setup
 	$(BIN)/python bench/time_to_skill.py

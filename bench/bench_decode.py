@@ -1,24 +1,26 @@
 """Rollout decoding: grpokit's decoder (`grpokit.decode`) against transformers' forward, same sampler.
 
 The model is the embedded one as the default recipe's warm-up leaves it (`bench_step.warm_model`: a run's
-warm-up adapter with `--warm`, else trained here once), merged and held as the rollout copy holds it (bf16
-where this CPU's bf16 matmuls are faster, else fp32). Two shapes, each timed `--repeats` times with the two
+warm-up adapter with `--warm`, else trained here once), merged. Two shapes, each timed `--repeats` times with the two
 engines alternated:
 
 - rollout: the default recipe's GRPO batch, 8 prompts x 4, T=1, at most 64 tokens, stopping at `</answer>`
-  (natural lengths: the warm-up model answers in ~35 tokens);
-- evaluation: 50 held-out prompts, greedy, at most 64 tokens (the recipe's `eval.batch_size`).
+  (natural lengths: the warm-up model answers in ~35 tokens), on the rollout copy's precision;
+- evaluation: 50 held-out prompts, greedy, at most 64 tokens (the recipe's `eval.batch_size`), in fp32
+  as evaluation's merged copy.
 
 Per shape it prints tokens per second (drawn tokens / wall time of `sample`, prefill included), the share
-of the rollout ceiling (the rows x 576 x 1536 GEMM in the faster precision, timed in this run, over 2 x
-parameters FLOPs per token), and whether both engines drew the same tokens (greedy: they should, up to bf16
-rounding; sampled: the same seed, rows leaving at different steps draw different random numbers).
+of a ceiling (the rows x 576 x 1536 GEMM timed in this run, in the faster precision for the rollout and in
+fp32 for evaluation, over 2 x parameters FLOPs per token), and whether both engines drew the same tokens in
+the first round (greedy in fp32: they should; sampled: the logits differ in the last bits, and so, after a
+while, do the draws).
 Results go to `<out>/results_decode.json`. Run: `python bench/bench_decode.py [--warm RUN/warmup/adapter]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -51,11 +53,13 @@ def main() -> int:
     recipe = load_recipe(RECIPE)
     grpo = stage_recipe(recipe, next(s for s in recipe.stages if s.kind == "grpo"))
     model, tokenizer = load_model(str(warm_model(recipe, out, args.warm)))
-    dtype = torch.bfloat16 if default_bf16() else torch.float32
-    model = model.to(dtype).eval().requires_grad_(False)
     from grpokit.attention import use_grouped_attention
 
+    dtype = torch.bfloat16 if default_bf16() else torch.float32
+    evaluated = model.float().eval().requires_grad_(False)  # evaluation decodes a merged fp32 copy
+    model = copy.deepcopy(evaluated).to(dtype)  # rollouts: the training precision
     use_grouped_attention(model)
+    use_grouped_attention(evaluated)
     task = build_task(grpo.task.name, grpo.task.params)
 
     def prompt_ids(split: str, n: int) -> list[list[int]]:
@@ -70,13 +74,13 @@ def main() -> int:
     eval_rows = prompt_ids("eval", recipe.eval.batch_size)
     eos = [tokenizer.eos_token_id]
     shapes = {
-        "rollout": (train_rows, SamplingSettings(max_new_tokens=64, temperature=1.0, stop_texts=("</answer>",))),
-        "evaluation": (eval_rows, SamplingSettings(max_new_tokens=64, top_k=1, stop_texts=("</answer>",))),
+        "rollout": (model, train_rows, SamplingSettings(max_new_tokens=64, temperature=1.0, stop_texts=("</answer>",))),
+        "evaluation": (evaluated, eval_rows, SamplingSettings(max_new_tokens=64, top_k=1, stop_texts=("</answer>",))),
     }
     engines = {"transformers": lambda m: "off", "grpokit": decode.refusal}
     real_refusal = decode.refusal
     results: dict[str, dict] = {}
-    for shape, (rows, settings) in shapes.items():
+    for shape, (runner, rows, settings) in shapes.items():
         times: dict[str, list[float]] = {e: [] for e in engines}
         tokens: dict[str, list[int]] = {e: [] for e in engines}
         drawn: dict[str, list] = {}
@@ -85,7 +89,7 @@ def main() -> int:
                 decode.refusal = refusal
                 torch.manual_seed(repeat)
                 start = time.perf_counter()
-                got = sample(model, rows, settings, eos_ids=eos, pad_id=tokenizer.pad_token_id, tokenizer=tokenizer)
+                got = sample(runner, rows, settings, eos_ids=eos, pad_id=tokenizer.pad_token_id, tokenizer=tokenizer)
                 elapsed = time.perf_counter() - start
                 decode.refusal = real_refusal
                 if repeat:
@@ -110,14 +114,16 @@ def main() -> int:
 
     gemm = {d: {n: matmul_gflops(n, d, repeats=30) for n in (32, 50)} for d in ("float32", "bfloat16")}
     params = sum(p.numel() for p in model.parameters())
-    ceiling = {n: max(g[n] for g in gemm.values()) * 1e9 / (2 * params) for n in (32, 50)}
+    # The rollout's ceiling is the machine's faster precision at 32 rows; evaluation's, fp32 at 50 rows.
+    ceiling = {32: max(g[32] for g in gemm.values()) * 1e9 / (2 * params), 50: gemm["float32"][50] * 1e9 / (2 * params)}
     cpu = cpu_name()
     print(
-        f"\nCPU: {cpu}; bf16 / fp32 matmul speed {cpu_bf16_speedup():.2f}x; model in {dtype}; "
+        f"\nCPU: {cpu}; bf16 / fp32 matmul speed {cpu_bf16_speedup():.2f}x; rollouts in {dtype}, evaluation in fp32; "
         f"{torch.get_num_threads()} threads"
     )
     print(
-        f"rollout ceiling: {ceiling[32]:.0f} tok/s at 32 rows, {ceiling[50]:.0f} at 50 "
+        f"ceiling: rollout {ceiling[32]:.0f} tok/s (32 rows, faster precision), "
+        f"evaluation {ceiling[50]:.0f} (50 rows, fp32) "
         f"(2 x {params / 1e6:.1f}M FLOPs per token)"
     )
     print(
@@ -135,7 +141,7 @@ def main() -> int:
             )
         print(f"{shape:<11} same tokens in the first round: {r['same_tokens_first_round']}")
     path = out / "results_decode.json"
-    record = {"cpu": cpu, "dtype": str(dtype), "threads": torch.get_num_threads(), "gemm_gflops": gemm}
+    record = {"cpu": cpu, "rollout_dtype": str(dtype), "threads": torch.get_num_threads(), "gemm_gflops": gemm}
     record |= {"ceiling_tok_s": ceiling, "results": results, "repeats": args.repeats}
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"written: {path}")

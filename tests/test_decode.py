@@ -57,18 +57,20 @@ def test_decoding_steps_give_transformers_logits(kind):
     model = tiny(kind)
     assert decode.refusal(model) is None
     torch.manual_seed(1)
-    feed = torch.randint(0, 97, (8, len(PROMPTS)))  # the token each row reads at each step
+    feed = torch.randint(0, 97, (20, len(PROMPTS)))  # 20 steps: the decoder's cache grows past 16 slots
     runs = []
     for use_decoder in (True, False):
         cache, _, mask = _prefilled(model, PROMPTS)
-        steps = rollout._Steps(model, cache, mask, 8, rollout._cache_argument(model))
-        if not use_decoder:  # the same steps on transformers' forward
-            steps = rollout._Steps.__new__(rollout._Steps)
-            steps.model, steps.cache, steps.mask, steps.decoder = model, cache, mask, None
-            steps.cache_kwarg, steps.positions = rollout._cache_argument(model), mask.sum(-1)
+        with pytest.MonkeyPatch.context() as patch:
+            if not use_decoder:  # the same steps on transformers' forward
+                patch.setattr(decode, "refusal", lambda model: "off")
+            steps = rollout._Steps(model, cache, mask, 20, rollout._cache_argument(model))
         assert (steps.decoder is not None) == use_decoder
+        if use_decoder:  # the prefill's cache moved into the decoder's buffers, not copied beside them
+            assert all(layer.keys is None and layer.values is None for layer in cache.layers)
+            assert steps.decoder.bias.size(-1) == mask.size(1) + decode.GROW  # room for GROW tokens, then more
         rows, out = torch.arange(len(PROMPTS)), []
-        for i in range(8):
+        for i in range(20):
             if i == 4:  # rows 1 and 4 leave the batch
                 rows = torch.tensor([0, 2, 3, 5])
                 steps.keep(torch.tensor([0, 2, 3, 5]))
