@@ -48,11 +48,10 @@ def refusal(model: Any) -> str | None:
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None or type(getattr(model, "lm_head", None)) is not torch.nn.Linear:
         return "it has no model.layers or no plain Linear lm_head"
-    linear = torch.nn.Linear
     for layer in layers:
         modules = (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj)
         modules += (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)
-        if any(type(m) is not linear for m in modules):
+        if any(type(m) is not torch.nn.Linear for m in modules):
             return "its projections are not plain Linear layers (an adapter or quantization wraps them)"
         for group in (modules[:3], modules[4:6]):
             if len({m.bias is None for m in group}) > 1 or len({m.weight.dtype for m in group}) > 1:
@@ -63,7 +62,7 @@ def refusal(model: Any) -> str | None:
 
 
 class Decoder:
-    """One token per row through a Llama-family model, with a preallocated cache. Usage:
+    """One token per row through a Llama-family model, with its own key/value cache. Usage:
     `start(hf_cache, mask, max_new)` after transformers' prefill, then `step(tokens, positions)` -> logits
     [B, V] float32 per step, and `keep(rows)` when rows leave the batch. The weights are read at `start`
     (fused, see `fused`): they must not change until the rollout ends."""

@@ -169,7 +169,7 @@ def sample(
     logits, mask = logits[expand], mask[expand]
     rows = len(expand)
     steps = _Steps(model, cache, mask, settings.max_new_tokens, cache_kwarg)
-    del cache  # the decoder copied it into its own buffers
+    del cache  # moved into the decoder's buffers, or held by `steps`
     active = torch.arange(rows, device=device)  # original row index of each batch row
     produced: list[list[int]] = [[] for _ in range(rows)]
     drawn_logps: list[list[float]] = [[] for _ in range(rows)]
@@ -208,8 +208,8 @@ def sample(
 
 
 class _Steps:
-    """The decoding steps after the prefill: `grpokit.decode.Decoder` where it covers the model (a
-    preallocated cache, fused projections), else transformers' forward with its own cache."""
+    """The decoding steps after the prefill: `grpokit.decode.Decoder` where it covers the model (its own
+    cache, fused projections), else transformers' forward with transformers' cache."""
 
     def __init__(self, model: Any, cache: Any, mask: torch.Tensor, max_new: int, cache_kwarg: str) -> None:
         from grpokit.decode import Decoder, refusal
@@ -223,7 +223,7 @@ class _Steps:
         self.decoder = None if why else Decoder(model)
         if self.decoder:
             self.decoder.start(cache, mask, max_new)
-            self.cache = None  # copied into the decoder's buffers
+            self.cache = None  # moved into the decoder's buffers
 
     def keep(self, rows: torch.Tensor) -> None:
         self.positions = self.positions[rows]
