@@ -224,3 +224,33 @@ def test_micro_batches_keep_groups_whole_and_split_only_groups_too_large():
     assert parts == [[0, 1, 2], [3, 4], [5, 6, 7]]
     parts = [m.nonzero().squeeze(1).tolist() for m in micro_batches(ids, torch.ones_like(ids), 8)]
     assert parts == [list(range(8))]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_each_micro_batch_is_as_wide_as_its_longest_completion(tiny_model_dir, tmp_path, shared):
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2)
+    trainer.model.train()
+    batch = _batch(seed=1)
+    # Group A (rows 0-2) ends by its fourth token; B and C reach the batch's width of 6.
+    batch["completion_mask"][:3, 4:] = 0
+    batch["completion_ids"][:3, 4:] = PAD
+    batch["num_items_in_batch"] = batch["completion_mask"].sum()
+    trainer.micro_batch_rows = None
+    loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared)
+    widths = []
+    hook = trainer.model.get_base_model().model.embed_tokens.register_forward_hook(
+        lambda module, args, out: widths.append(args[0].size(1))
+    )
+    trainer.micro_batch_rows = 3
+    try:
+        loss, grads, _ = _loss_and_grads(trainer, batch, shared)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for name, grad in grads_ref.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    prompt = batch["prompt_ids"].size(1)
+    # The loss's forwards are the last ones: A's micro-batch 4 completion columns wide, B's and C's 6.
+    loss_widths = widths[-6:] if shared else widths[-3:]
+    completions = loss_widths[1::2] if shared else [w - prompt for w in loss_widths]
+    assert completions == [4, 6, 6]

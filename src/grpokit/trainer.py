@@ -159,17 +159,18 @@ class GrpoTrainer(GRPOTrainer):
         """The loss in micro-batches of whole groups (train_pass.micro_batch_rows): each but the last is
         back-propagated here, so only one micro-batch's activations exist at a time. With a token-normalised
         loss (its normaliser, `num_items_in_batch`, counts the whole batch) the summed gradient is the
-        batch's. The returned value is the batch's loss; only its last part carries a gradient."""
+        batch's. The returned value is the batch's loss; only its last part carries a gradient. Each part
+        is as wide as its own longest completion (`trim_completions`)."""
         rows = inputs["completion_ids"].size(0)
         if return_outputs or not self.micro_batch_rows or rows <= self.micro_batch_rows or not model.training:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            return super().compute_loss(model, trim_completions(inputs), return_outputs, num_items_in_batch)
         parts = micro_batches(inputs["prompt_ids"], inputs["prompt_mask"], self.micro_batch_rows)
         done = torch.zeros((), device=inputs["completion_ids"].device)
         for mask in parts[:-1]:
-            loss = super().compute_loss(model, _select_rows(inputs, mask))
+            loss = super().compute_loss(model, trim_completions(_select_rows(inputs, mask)))
             self.accelerator.backward(loss)
             done = done + loss.detach()
-        return super().compute_loss(model, _select_rows(inputs, parts[-1])) + done
+        return super().compute_loss(model, trim_completions(_select_rows(inputs, parts[-1]))) + done
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         loss = super().training_step(*args, **kwargs)
@@ -381,7 +382,7 @@ class GrpoTrainer(GRPOTrainer):
             mask = pad_mask(mask, int(self.accelerator.gather(count).max()))
         kept = int(mask.sum())
         self._metrics["train"]["rows_trained_frac"].append(kept / mask.numel())
-        return batch if kept == mask.numel() else _select_rows(batch, mask)
+        return batch if kept == mask.numel() else trim_completions(_select_rows(batch, mask))
 
     def _score(self, inputs: Any) -> dict[str, Any]:
         """Roll out and score `inputs` (TRL), then grpokit's accounting of truncation and reward errors."""
@@ -647,6 +648,45 @@ def micro_batches(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, rows: int
         mask[part] = True
         masks.append(mask)
     return masks
+
+
+# Per-token values of a batch, [rows, completion width]: what trim_completions cuts with the completions.
+_PER_TOKEN = (
+    "completion_ids",
+    "completion_mask",
+    "tool_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+)
+
+
+def trim_completions(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch without the completion columns that are padding in every one of its rows.
+
+    TRL pads a step's completions to its longest, and dynamic sampling's rounds to the longest of all: one
+    truncated row made every row of every micro-batch 64 tokens wide, through the backbone's forward and
+    backward (the LM head already sees real tokens only). Padding sits right of each row's last real token,
+    so under causal attention no real token sees a cut column, and every loss TRL offers masks or counts
+    per real token (`dr_grpo` divides by max_completion_length, not the width): the loss and gradient are
+    the untrimmed batch's. Per-row values of width 1 (sequence-level ratios) stay as they are.
+
+    >>> ids, mask = torch.tensor([[5, 6, 0], [7, 0, 0]]), torch.tensor([[1, 1, 0], [1, 0, 0]])
+    >>> trim_completions({"completion_ids": ids, "completion_mask": mask})["completion_ids"].tolist()
+    [[5, 6], [7, 0]]
+    """
+    mask = batch["completion_mask"]
+    width = mask.size(1)
+    used = int(mask.any(dim=0).nonzero().max()) + 1 if mask.any() else 1
+    if used == width:
+        return batch
+    out = dict(batch)
+    for key in _PER_TOKEN:
+        value = batch.get(key)
+        if isinstance(value, torch.Tensor) and value.dim() == 2 and value.size(1) == width:
+            out[key] = value[:, :used]
+    return out
 
 
 def _select_rows(batch: dict[str, Any], mask: torch.Tensor) -> dict[str, Any]:
