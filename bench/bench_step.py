@@ -199,6 +199,7 @@ def grpokit_kwargs(name: str, work: Workload) -> dict[str, Any]:
         "shared_prefix": recipe.train_pass.shared_prefix,
         "micro_batch_rows": recipe.train_pass.micro_batch_rows,
         "dynamic_max_extra": recipe.dynamic_sampling.max_extra if dynamic else None,
+        "dynamic_upfront": dynamic and recipe.dynamic_sampling.upfront,
     }
 
 

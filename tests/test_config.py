@@ -98,6 +98,7 @@ def test_grpo_section_becomes_grpo_config():
         ("dynamic_sampling: {enabled: true, retry: -1}\n", "dynamic_sampling.retry=-1"),
         ("dynamic_sampling: {enabled: true, retry: 1}\n", "success_reward='correctness' is not one of.*format"),
         ("dynamic_sampling: {enabled: true, guide: true}\n", "guide puts a demonstration.*retry >= 1"),
+        ("dynamic_sampling: {enabled: true, replay: 1, upfront: true}\n", "upfront draws the extra prompts before"),
         (
             "rewards: [{name: correctness}]\ndynamic_sampling: {enabled: true, retry: 1, guide: true}\n"
             "train_pass: {sampler_logprobs: true}\n",

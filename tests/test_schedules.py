@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from grpokit.config import AdaptiveSection, build_recipe
-from grpokit.schedules import AdaptiveWeights, Curriculum, Replay, failing_groups, fill_batch, informative_groups
+from grpokit.schedules import (
+    AdaptiveWeights,
+    Curriculum,
+    Replay,
+    extra_prompt_rows,
+    failing_groups,
+    fill_batch,
+    informative_groups,
+)
 from grpokit.tasks import build_task
 from tests.conftest import tiny_recipe
 
@@ -142,6 +150,36 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_teach(tiny_model_dir,
         assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
     else:
         assert not useful.all()  # the control: uniform groups stay in the batch
+
+
+@pytest.mark.parametrize("upfront", [True, False])
+def test_upfront_rolls_the_batch_and_its_extra_round_out_together(tiny_model_dir, tmp_path, upfront):
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": "tests.test_schedules.parity"}],
+        dynamic_sampling={"enabled": True, "max_extra": 1.0, "upfront": upfront},
+    )
+    rollouts = []
+    generate = trainer._generate
+
+    def spy(prompts, *args, **kwargs):
+        rollouts.append(len(prompts))
+        return generate(prompts, *args, **kwargs)
+
+    trainer._generate = spy
+    inputs = next(b for b in trainer.get_train_dataloader() if any(r["answer"] % 2 == 0 for r in b))
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions(inputs)
+    # One rollout of the batch's 4 groups and the extra round's 4 (upfront), else two rounds of 4 groups.
+    assert rollouts == ([32] if upfront else [16, 16])
+    # The same prompts either way: the extra round's, drawn with its own seed after the batch's.
+    extra = extra_prompt_rows(trainer.train_dataset, 4, 4, f"dynamic:{trainer.args.seed}:0:1")
+    assert trainer.prompts_seen[16::4] == [str(r["prompt"]) for r in extra[::4]]
+    useful = informative_groups(batch["advantages"], 4)
+    assert len(useful) == 4 and batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
+    kept = trainer._metrics["train"]["dynamic/kept_frac"][-1]
+    assert kept == useful.float().mean().item() and trainer._metrics["train"]["dynamic/extra_rollouts"] == [16.0]
 
 
 def test_replay_draws_last_steps_informative_prompts_first_and_logs_them_apart(tiny_model_dir, tmp_path):

@@ -76,6 +76,7 @@ def build_trainer(
         dynamic_replay=recipe.dynamic_sampling.replay if recipe.dynamic_sampling.enabled else 0,
         dynamic_retry=recipe.dynamic_sampling.retry if recipe.dynamic_sampling.enabled else 0,
         retry_reward=recipe.dynamic_sampling.success_reward,
+        dynamic_upfront=recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.upfront,
         guide=_guide(task) if recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.guide else None,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),

@@ -66,6 +66,7 @@ class GrpoTrainer(GRPOTrainer):
         dynamic_replay: int = 0,
         dynamic_retry: int = 0,
         retry_reward: str = "correctness",
+        dynamic_upfront: bool = False,
         guide: Callable[[dict[str, Any]], str] | None = None,
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
@@ -89,6 +90,8 @@ class GrpoTrainer(GRPOTrainer):
         # Failed prompts rolled out again within their step, at most this many times each.
         self.retry = dynamic_retry if dynamic_max_extra else 0
         self.retry_reward = retry_reward  # what retry calls success (the curriculum's is self.success_reward)
+        # The first extra round drawn with the batch's own groups, in one rollout (not with replay or retry).
+        self.upfront = bool(dynamic_upfront and dynamic_max_extra and self.replay is None and not self.retry)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
@@ -362,11 +365,16 @@ class GrpoTrainer(GRPOTrainer):
             inputs = extra_prompt_rows(
                 self.level_data[self.curriculum.level], len(inputs) // self.num_generations, self.num_generations, seed
             )
-        batch = self._score(inputs)
+        extra = self._upfront_rows(inputs) if training else []
+        batch = self._score(inputs + extra)
+        drawn = None
+        if extra:  # the batch's own rows first, then the extra round's
+            own = torch.arange(len(inputs) + len(extra)) < len(inputs)
+            batch, drawn = _select_rows(batch, own), _select_rows(batch, ~own)
         if training:
             success = self._success_rates()
             if self.dynamic_max_extra is not None:
-                batch = self._fill_with_informative_groups(inputs, batch)
+                batch = self._fill_with_informative_groups(inputs, batch, drawn)
             self._step_schedules(success)
         if self.rollout_copy is not None:
             self.rollout_copy.release()  # its weights' memory serves the training pass; the next rollout rewrites them
@@ -411,13 +419,29 @@ class GrpoTrainer(GRPOTrainer):
             if metrics.get(f"rewards/{name}/mean")
         }
 
-    def _fill_with_informative_groups(self, inputs: list[dict[str, Any]], batch: dict[str, Any]) -> dict[str, Any]:
+    def _upfront_rows(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The first extra round's prompt rows when it is drawn with the batch (dynamic_sampling.upfront): the
+        prompts that round would draw after the batch's, the same seed."""
+        group = self.num_generations
+        size = len(inputs) // group
+        groups = min(size, round(self.dynamic_max_extra * size)) if self.upfront else 0
+        if groups < 1:
+            return []
+        data = self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
+        return extra_prompt_rows(data, groups, group, f"dynamic:{self.args.seed}:{self.state.global_step}:1")
+
+    def _fill_with_informative_groups(
+        self, inputs: list[dict[str, Any]], batch: dict[str, Any], drawn: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The batch refilled with informative groups (grpokit.schedules.fill_batch); `drawn`: the first extra
+        round, already rolled out and scored with the batch (upfront)."""
         group = self.num_generations
         data = self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
         rounds = iter(range(1, 1_000_000))
         found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
         failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
         counts = {"replayed": 0, "replayed_useful": 0, "retried": 0, "retried_useful": 0, "guided": 0}
+        ready = [drawn] if drawn is not None else []
 
         def note(rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
             """Queue the informative prompts for replay and the failed ones for a retry; the informative count."""
@@ -454,9 +478,11 @@ class GrpoTrainer(GRPOTrainer):
                 counts["replayed_useful"] += note(rows, [t for _, t in taken], [0] * len(rows), scored)
                 return scored
             seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
-            drawn = extra_prompt_rows(data, groups, group, seed)
-            scored = self._score(drawn)
-            note(drawn[::group], [0] * groups, [0] * groups, scored)
+            if ready:  # upfront: this round was rolled out with the batch
+                return ready.pop()
+            rows = extra_prompt_rows(data, groups, group, seed)
+            scored = self._score(rows)
+            note(rows[::group], [0] * groups, [0] * groups, scored)
             return scored
 
         first = list(inputs[::group])
@@ -465,6 +491,8 @@ class GrpoTrainer(GRPOTrainer):
         batch, stats = fill_batch(
             batch, more, group, round(self.dynamic_max_extra * size), self._tokenizer.pad_token_id
         )
+        if ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
+            stats["dynamic/extra_rollouts"] += float(ready[0]["advantages"].numel())
         if self.replay is not None:
             self.replay.push(found)
             stats["dynamic/replayed"] = float(counts["replayed"])
