@@ -95,6 +95,23 @@ def _loss_and_grads(trainer, batch: dict, shared: bool) -> tuple[torch.Tensor, d
     return loss.detach(), grads, values
 
 
+def _micro_batched_matches(trainer, batch, shared, loss_ref, grads_ref, measure):
+    """The loss and gradients in the trainer's micro-batches equal the references; `measure(input_ids)` of
+    every forward, in order."""
+    seen = []
+    hook = trainer.model.get_base_model().model.embed_tokens.register_forward_hook(
+        lambda module, args, out: seen.append(measure(args[0]))
+    )
+    try:
+        loss, grads, _ = _loss_and_grads(trainer, batch, shared)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for name, grad in grads_ref.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    return seen
+
+
 @pytest.mark.parametrize(("lora", "beta"), [(True, 0.0), (True, 0.2), (False, 0.0), (False, 0.2)])
 def test_shared_prefix_pass_equals_the_unshared_pass(tiny_model_dir, tmp_path, lora, beta):
     trainer = _trainer(tiny_model_dir, tmp_path, lora, beta)
@@ -201,18 +218,8 @@ def test_micro_batches_give_the_whole_batch_loss_and_gradient(tiny_model_dir, tm
     batch = _batch(seed=1)
     trainer.micro_batch_rows = None
     loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared)
-    seen = []
-    hook = trainer.model.get_base_model().model.embed_tokens.register_forward_hook(
-        lambda module, args, out: seen.append(args[0].size(0))
-    )
     trainer.micro_batch_rows = 3  # rows A A A | B B | C C C: whole groups, one micro-batch each
-    try:
-        loss, grads, _ = _loss_and_grads(trainer, batch, shared)
-    finally:
-        hook.remove()
-    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
-    for name, grad in grads_ref.items():
-        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    seen = _micro_batched_matches(trainer, batch, shared, loss_ref, grads_ref, lambda ids: ids.size(0))
     assert max(seen[-6:] if shared else seen[-3:]) == 3, "the loss ran on micro-batches of at most 3 rows"
 
 
@@ -237,18 +244,8 @@ def test_each_micro_batch_is_as_wide_as_its_longest_completion(tiny_model_dir, t
     batch["num_items_in_batch"] = batch["completion_mask"].sum()
     trainer.micro_batch_rows = None
     loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared)
-    widths = []
-    hook = trainer.model.get_base_model().model.embed_tokens.register_forward_hook(
-        lambda module, args, out: widths.append(args[0].size(1))
-    )
     trainer.micro_batch_rows = 3
-    try:
-        loss, grads, _ = _loss_and_grads(trainer, batch, shared)
-    finally:
-        hook.remove()
-    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
-    for name, grad in grads_ref.items():
-        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    widths = _micro_batched_matches(trainer, batch, shared, loss_ref, grads_ref, lambda ids: ids.size(1))
     prompt = batch["prompt_ids"].size(1)
     # The loss's forwards are the last ones: A's micro-batch 4 completion columns wide, B's and C's 6.
     loss_widths = widths[-6:] if shared else widths[-3:]

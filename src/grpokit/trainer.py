@@ -419,6 +419,10 @@ class GrpoTrainer(GRPOTrainer):
             if metrics.get(f"rewards/{name}/mean")
         }
 
+    def _prompt_data(self) -> Any:
+        """The prompts extra rounds draw from: the curriculum's current level, else the training set."""
+        return self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
+
     def _upfront_rows(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The first extra round's prompt rows when it is drawn with the batch (dynamic_sampling.upfront): the
         prompts that round would draw after the batch's, the same seed."""
@@ -427,8 +431,8 @@ class GrpoTrainer(GRPOTrainer):
         groups = min(size, round(self.dynamic_max_extra * size)) if self.upfront else 0
         if groups < 1:
             return []
-        data = self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
-        return extra_prompt_rows(data, groups, group, f"dynamic:{self.args.seed}:{self.state.global_step}:1")
+        seed = f"dynamic:{self.args.seed}:{self.state.global_step}:1"
+        return extra_prompt_rows(self._prompt_data(), groups, group, seed)
 
     def _fill_with_informative_groups(
         self, inputs: list[dict[str, Any]], batch: dict[str, Any], drawn: dict[str, Any] | None = None
@@ -436,7 +440,7 @@ class GrpoTrainer(GRPOTrainer):
         """The batch refilled with informative groups (grpokit.schedules.fill_batch); `drawn`: the first extra
         round, already rolled out and scored with the batch (upfront)."""
         group = self.num_generations
-        data = self.level_data[self.curriculum.level] if self.curriculum is not None else self.train_dataset
+        data = self._prompt_data()
         rounds = iter(range(1, 1_000_000))
         found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
         failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
