@@ -36,12 +36,12 @@ def test_fill_batch_puts_informative_groups_first_and_pads_each_side():
     extra = _batch([2, -2, 0, 0, 1, -1], prompt_width=4, completion_width=5)
     calls = []
 
-    def more(n):
-        calls.append(n)
-        return extra
+    def more(n, wanted):
+        calls.append((n, wanted))
+        return [extra]
 
     merged, stats = fill_batch(first, more, group=2, max_extra_groups=3, pad_id=0)
-    assert calls == [3] and stats["dynamic/kept_frac"] == 1.0 and stats["dynamic/extra_rollouts"] == 6
+    assert calls == [(3, 2)] and stats["dynamic/kept_frac"] == 1.0 and stats["dynamic/extra_rollouts"] == 6
     assert merged["advantages"].tolist() == [1, -1, 2, -2, 1, -1]
     assert merged["prompt_ids"].shape == (6, 4) and merged["completion_ids"].shape == (6, 5)
     assert merged["prompt_ids"][0].tolist() == [0, 7, 8, 9]  # left padding on the prompt side
@@ -51,7 +51,7 @@ def test_fill_batch_puts_informative_groups_first_and_pads_each_side():
 
 def test_fill_batch_stops_at_the_cap_and_fills_with_uniform_groups():
     first = _batch([0, 0, 0, 0, 1, -1], prompt_width=2, completion_width=2)
-    merged, stats = fill_batch(first, lambda n: _batch([0.0] * 2 * n, 2, 2), group=2, max_extra_groups=2, pad_id=0)
+    merged, stats = fill_batch(first, lambda n, _: [_batch([0.0] * 2 * n, 2, 2)], group=2, max_extra_groups=2, pad_id=0)
     assert stats["dynamic/kept_frac"] == pytest.approx(1 / 3) and stats["dynamic/extra_rollouts"] == 4
     assert informative_groups(merged["advantages"], 2).tolist() == [True, False, False]
 
@@ -60,12 +60,12 @@ def test_fill_batch_counts_the_groups_each_round_returned():
     first = _batch([0, 0, 0, 0], prompt_width=2, completion_width=2)
     calls = []
 
-    def more(n):  # a replay round may hold fewer prompts than asked for
-        calls.append(n)
-        return _batch([1, -1], 2, 2)
+    def more(n, wanted):  # a replay round may hold fewer prompts than asked for
+        calls.append((n, wanted))
+        return [_batch([1, -1], 2, 2)]
 
     merged, stats = fill_batch(first, more, group=2, max_extra_groups=3, pad_id=0)
-    assert calls == [2, 2] and stats["dynamic/extra_rollouts"] == 4 and stats["dynamic/kept_frac"] == 1.0
+    assert calls == [(2, 2), (2, 1)] and stats["dynamic/extra_rollouts"] == 4 and stats["dynamic/kept_frac"] == 1.0
     assert merged["advantages"].tolist() == [1, -1, 1, -1]
 
 
@@ -182,6 +182,37 @@ def test_upfront_rolls_the_batch_and_its_extra_round_out_together(tiny_model_dir
     assert kept == useful.float().mean().item() and trainer._metrics["train"]["dynamic/extra_rollouts"] == [16.0]
 
 
+def test_upfront_with_retry_retries_the_failed_prompts_of_both_after_one_rollout(tiny_model_dir, tmp_path, monkeypatch):
+    import grpokit.trainer
+
+    name = "tests.test_schedules.wrong_on_even"  # every group uniform: even answers fail, odd ones succeed
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": name}],
+        dynamic_sampling={"enabled": True, "max_extra": 1.0, "upfront": True, "retry": 1, "success_reward": name},
+    )
+    sampled, real = [], grpokit.trainer.sample
+
+    def sample(model, prompts, *args, **kwargs):  # rows per call of grpokit's sampler
+        sampled.append(len(prompts))
+        return real(model, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(grpokit.trainer, "sample", sample)
+    inputs = next(b for b in trainer.get_train_dataloader() if any(r["answer"] % 2 == 0 for r in b))
+    extra = extra_prompt_rows(trainer.train_dataset, 4, 4, f"dynamic:{trainer.args.seed}:0:1")
+    failed = [str(r["prompt"]) for r in (inputs + extra)[::4] if r["answer"] % 2 == 0][:4]
+    torch.manual_seed(0)
+    trainer._generate_and_score_completions(inputs)
+    # The batch and the upfront round in one rollout; then the failed prompts of both, on the retries'
+    # allowance (one batch's worth of groups), no new prompt beyond the upfront round.
+    assert sampled == [32, 4 * len(failed)]
+    assert trainer.prompts_seen[32::4] == failed
+    metrics = trainer._metrics["train"]
+    assert metrics["dynamic/retried"] == [float(len(failed))]
+    assert metrics["dynamic/extra_rollouts"] == [16.0 + 4 * len(failed)]
+
+
 def test_replay_draws_last_steps_informative_prompts_first_and_logs_them_apart(tiny_model_dir, tmp_path):
     trainer = _trainer(
         tiny_model_dir,
@@ -291,6 +322,53 @@ def test_guide_puts_the_demonstration_into_a_failed_prompts_last_retry(tiny_mode
     else:
         assert all(task.score(text, row) == 0.0 for row, text, _ in retried) and "dynamic/guided" not in metrics
         assert metrics["dynamic/retried_informative_frac"] == [0.0]
+
+
+@pytest.mark.parametrize("guide", [True, False])
+def test_a_last_retry_round_with_room_is_rolled_out_with_the_new_prompts_after_it(
+    tiny_model_dir, tmp_path, monkeypatch, guide
+):
+    import grpokit.trainer
+
+    name = "tests.test_schedules.wrong_on_even"  # every group uniform: even answers fail, odd ones succeed
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": name}],
+        dynamic_sampling={"enabled": True, "max_extra": 1.0, "retry": 1, "success_reward": name, "guide": guide},
+        grpo={"max_completion_length": 48},  # room for a whole demonstration
+    )
+    sampled, real = [], grpokit.trainer.sample
+
+    def sample(model, prompts, *args, **kwargs):  # rows per call of grpokit's sampler
+        sampled.append(len(prompts))
+        return real(model, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(grpokit.trainer, "sample", sample)
+    aside, retried = trainer._score_aside, []
+
+    def spy(rows, prefix):
+        scored = aside(rows, prefix)
+        retried.extend(trainer.processing_class.batch_decode(scored["completion_ids"], skip_special_tokens=True))
+        return scored
+
+    trainer._score_aside = spy
+    inputs = next(b for b in trainer.get_train_dataloader() if 0 < sum(r["answer"] % 2 == 0 for r in b[::4]) < 4)
+    failed = [r for r in inputs[::4] if r["answer"] % 2 == 0]
+    torch.manual_seed(0)
+    trainer._generate_and_score_completions(inputs)
+    # The batch, then one rollout for the failed prompts' retries and the new prompts filling the round.
+    assert sampled == [16, 16]
+    new = extra_prompt_rows(trainer.train_dataset, 4 - len(failed), 4, f"dynamic:{trainer.args.seed}:0:1")
+    assert trainer.prompts_seen[16::4] == [str(r["prompt"]) for r in failed + new[::4]]
+    # Each part scored on its own: the retries' figures under retry/, the new prompts' with the run's own.
+    metrics = trainer._metrics["train"]
+    assert len(metrics["retry/frac_reward_zero_std"]) == 1 and len(metrics["frac_reward_zero_std"]) == 2
+    assert metrics["dynamic/retried"] == [float(len(failed))] and metrics["dynamic/extra_rollouts"] == [16.0]
+    # Guidance lands on each retried group's first row, inside the rollout shared with the new prompts.
+    task = build_task("arithmetic")
+    guided = [text.strip() in task.demonstration(row) for row, text in zip(failed, retried[::4], strict=True)]
+    assert all(guided) if guide else not any(guided)
 
 
 @pytest.mark.parametrize("curriculum", [True, False])

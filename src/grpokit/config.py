@@ -217,8 +217,10 @@ class DynamicSamplingSection:
     the batch's own, one decode of both instead of two in a row: on a CPU a decoding step of twice the rows
     costs far less than two steps, and the default recipe drew that round at every step. The extra groups are
     drawn even when the batch's own groups all differ. The step's logged reward means then cover both (with
-    rounds of equal size, as they do drawn one after the other). Not with `replay` or `retry`, whose extra
-    prompts depend on the batch's own rewards."""
+    rounds of equal size, as they do drawn one after the other). Not with `replay`, whose prompts depend on
+    the batch's own rewards. With `retry`, the failed prompts of the batch and of that round are retried
+    after it, on an allowance of their own (at most one batch's worth of groups per step, drawn only while
+    the batch lacks informative groups): a step with no failed prompt is one decode."""
 
     enabled: bool = False
     max_extra: float = 1.0  # extra rollouts per step, in batches (1.0: at most one more batch's worth)
@@ -252,10 +254,10 @@ class DynamicSamplingSection:
                 "dynamic_sampling.guide puts a demonstration into a failed prompt's last retry: set "
                 "dynamic_sampling.retry >= 1, or guide: false"
             )
-        if self.upfront and (self.replay or self.retry):
+        if self.upfront and self.replay:
             raise RecipeError(
                 "dynamic_sampling.upfront draws the extra prompts before the batch's rewards are known, and "
-                "replay and retry choose them from those rewards: set upfront: false, or replay: 0 and retry: 0"
+                "replay chooses them from earlier rewards: set upfront: false, or replay: 0"
             )
 
 

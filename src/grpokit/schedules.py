@@ -52,26 +52,31 @@ def failing_groups(advantages: torch.Tensor, success: torch.Tensor, group: int) 
 
 def fill_batch(
     first: dict[str, Any],
-    more: Callable[[int], dict[str, Any]],
+    more: Callable[[int, int], list[dict[str, Any]]],
     group: int,
     max_extra_groups: int,
     pad_id: int,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """A batch of as many groups as `first` has, informative groups first.
 
-    `more(n)` rolls out and scores at most `n` (at least 1) more groups, a batch in the trainer's own form.
-    Rounds go on until the informative groups fill the batch or `max_extra_groups` extra groups were drawn;
-    uniform groups fill what is left (their gradient is exactly zero). Returns the batch and its statistics.
+    `more(n, wanted)` rolls out and scores at most `n` (at least 1) more groups, as a list of batches in the
+    trainer's own form (parts of a round drawn from different sources, e.g. retries and new prompts);
+    `wanted` is the number of informative groups the batch still lacks; an empty list ends the rounds. Rounds
+    go on until the informative groups fill the batch or `max_extra_groups` extra groups were drawn; uniform
+    groups fill what is left (their gradient is exactly zero). Returns the batch and its statistics.
     """
     size = first["advantages"].numel() // group
     batches, extra = [first], 0
     found = int(informative_groups(first["advantages"], group).sum())
     while found < size and extra < max_extra_groups:
         n = min(size, max_extra_groups - extra)
-        batch = more(n)
-        batches.append(batch)
-        extra += batch["advantages"].numel() // group
-        found += int(informative_groups(batch["advantages"], group).sum())
+        drawn = more(n, size - found)
+        if not drawn:  # nothing more to draw this step
+            break
+        for batch in drawn:
+            batches.append(batch)
+            extra += batch["advantages"].numel() // group
+            found += int(informative_groups(batch["advantages"], group).sum())
     picks: list[tuple[int, int]] = []  # (batch, group) informative first, in order drawn
     rest: list[tuple[int, int]] = []
     for b, batch in enumerate(batches):

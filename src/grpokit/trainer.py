@@ -12,6 +12,7 @@ once the cold start has taught the format, so that share of the training pass wa
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Callable
@@ -90,8 +91,8 @@ class GrpoTrainer(GRPOTrainer):
         # Failed prompts rolled out again within their step, at most this many times each.
         self.retry = dynamic_retry if dynamic_max_extra else 0
         self.retry_reward = retry_reward  # what retry calls success (the curriculum's is self.success_reward)
-        # The first extra round drawn with the batch's own groups, in one rollout (not with replay or retry).
-        self.upfront = bool(dynamic_upfront and dynamic_max_extra and self.replay is None and not self.retry)
+        # The first extra round drawn with the batch's own groups, in one rollout (not with replay).
+        self.upfront = bool(dynamic_upfront and dynamic_max_extra and self.replay is None)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
@@ -113,6 +114,7 @@ class GrpoTrainer(GRPOTrainer):
             log.warning("dynamic_sampling.guide ignored: the demonstration replaces a draw of grpokit's sampler")
         self.guide = guide if self.retry and not self.rollout_fallback else None
         self._guided: dict[int, list[int]] = {}  # row of the batch being rolled out -> its demonstration's ids
+        self._ahead: _DrawnAhead | None = None  # rows rolled out together, handed out as each part is scored
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.sampler_logprobs = sampler_logprobs and self._sampler_logprobs_allowed()
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
@@ -222,11 +224,23 @@ class GrpoTrainer(GRPOTrainer):
         return tokenize_prompts(self.processing_class, prompts), None, {}
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        settings = self._rollout_settings(images, multimodal_fields)
-        if settings is None:  # vLLM, images, tools or a generation setting grpokit's sampler does not have
-            return super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
+        if self._ahead is not None:  # rolled out with other rows beforehand (_score_together)
+            drawn = self._ahead.take(prompt_ids)
+        else:
+            settings = self._rollout_settings(images, multimodal_fields)
+            if settings is None:  # vLLM, images, tools or a generation setting grpokit's sampler does not have
+                return super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+                )
+            drawn = self._sample(prompt_ids, settings)
+        for row, ids in self._guided.items():  # guidance: the demonstration instead of this row's draw
+            drawn[row] = list(ids)
+        # TRL pads the log-probabilities into the batch as `sampling_per_token_logps` (see `_score`).
+        return drawn if self.sampler_logprobs else (drawn, None)
+
+    def _sample(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Any:
+        """grpokit's sampler on the policy (or its merged rollout copy): the completions' ids, with their
+        log-probabilities when `sampler_logprobs`."""
         with (
             unwrap_model_for_generation(
                 self.model_wrapped,
@@ -241,7 +255,7 @@ class GrpoTrainer(GRPOTrainer):
             model, autocast = self._sampling_model(unwrapped_model)
             # The training pass's precision for the rollout's matmuls too (bf16 where it measured faster).
             with torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=autocast):
-                drawn = sample(
+                return sample(
                     model,
                     prompt_ids,
                     settings,
@@ -250,10 +264,23 @@ class GrpoTrainer(GRPOTrainer):
                     tokenizer=self._tokenizer,
                     logprobs=self.sampler_logprobs,
                 )
-        for row, ids in self._guided.items():  # guidance: the demonstration instead of this row's draw
-            drawn[row] = list(ids)
-        # TRL pads the log-probabilities into the batch as `sampling_per_token_logps` (see `_score`).
-        return drawn if self.sampler_logprobs else (drawn, None)
+
+    def _score_together(self, parts: list[tuple[list[dict[str, Any]], Callable[[list[dict[str, Any]]], Any]]]) -> list:
+        """Each part's rows rolled out in one call of the sampler, then scored on its own by its function
+        (`_score`, `_score_aside`, ...), in order: one decode instead of one per part, whose time per row falls
+        with the rows decoded at once. One rollout per part where grpokit's sampler does not draw them."""
+        parts = [(rows, score) for rows, score in parts if rows]
+        ahead = len(parts) > 1 and self.rollout_fallback is None and not self.tools and not self.environment_factories
+        if ahead:
+            prompts = [row["prompt"] for rows, _ in parts for row in rows]
+            prompt_ids, images, fields = self._tokenize_prompts(copy.deepcopy(prompts))
+            settings = self._rollout_settings(images, fields)
+            if settings is not None:
+                self._ahead = _DrawnAhead(prompt_ids, self._sample(prompt_ids, settings), self.sampler_logprobs)
+        try:
+            return [score(rows) for rows, score in parts]
+        finally:
+            self._ahead = None
 
     def _rollout_dtype(self) -> torch.dtype:
         if self.args.bf16:
@@ -367,14 +394,16 @@ class GrpoTrainer(GRPOTrainer):
             )
         extra = self._upfront_rows(inputs) if training else []
         batch = self._score(inputs + extra)
-        drawn = None
+        row_success, drawn = self._row_success, None
         if extra:  # the batch's own rows first, then the extra round's
             own = torch.arange(len(inputs) + len(extra)) < len(inputs)
-            batch, drawn = _select_rows(batch, own), _select_rows(batch, ~own)
+            theirs = None if row_success is None else row_success[~own]
+            row_success = None if row_success is None else row_success[own]
+            batch, drawn = _select_rows(batch, own), (extra, _select_rows(batch, ~own), theirs)
         if training:
             success = self._success_rates()
             if self.dynamic_max_extra is not None:
-                batch = self._fill_with_informative_groups(inputs, batch, drawn)
+                batch = self._fill_with_informative_groups(inputs, batch, row_success, drawn)
             self._step_schedules(success)
         if self.rollout_copy is not None:
             self.rollout_copy.release()  # its weights' memory serves the training pass; the next rollout rewrites them
@@ -435,68 +464,114 @@ class GrpoTrainer(GRPOTrainer):
         return extra_prompt_rows(self._prompt_data(), groups, group, seed)
 
     def _fill_with_informative_groups(
-        self, inputs: list[dict[str, Any]], batch: dict[str, Any], drawn: dict[str, Any] | None = None
+        self,
+        inputs: list[dict[str, Any]],
+        batch: dict[str, Any],
+        row_success: torch.Tensor | None,
+        drawn: tuple[list[dict[str, Any]], dict[str, Any], torch.Tensor | None] | None = None,
     ) -> dict[str, Any]:
-        """The batch refilled with informative groups (grpokit.schedules.fill_batch); `drawn`: the first extra
-        round, already rolled out and scored with the batch (upfront)."""
+        """The batch refilled with informative groups (grpokit.schedules.fill_batch). `row_success`: the
+        batch's success reward per row (for retry); `drawn`: the first extra round's rows, scored batch and
+        success, already rolled out with the batch (upfront)."""
         group = self.num_generations
         data = self._prompt_data()
+        size = batch["advantages"].numel() // group
         rounds = iter(range(1, 1_000_000))
         found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
         failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
         counts = {"replayed": 0, "replayed_useful": 0, "retried": 0, "retried_useful": 0, "guided": 0}
         ready = [drawn] if drawn is not None else []
+        # New prompts' groups a step may draw. Upfront, they were all drawn with the batch, and retries have
+        # an allowance of their own: one batch's worth of groups.
+        budget = round(self.dynamic_max_extra * size)
+        new = {"left": budget}
+        allowance = size if self.upfront and self.retry else 0
 
         def note(rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
-            """Queue the informative prompts for replay and the failed ones for a retry; the informative count."""
+            """Queue the informative prompts for replay and the failed ones for a retry; the informative count.
+            Reads the success of the batch scored last: call it right after scoring `scored`."""
+            return queue(rows, tries, retries, scored, self._row_success)
+
+        def queue(rows, tries, retries, scored, success: torch.Tensor | None) -> int:
             if self.replay is None and not self.retry:  # nothing to queue or count
                 return 0
             useful = informative_groups(scored["advantages"], group).tolist()
             if self.replay is not None:
                 found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
-            if self.retry and self._row_success is not None:
-                lost = failing_groups(scored["advantages"], self._row_success, group).tolist()
+            if self.retry and success is not None:
+                lost = failing_groups(scored["advantages"], success, group).tolist()
                 failed.extend((row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < self.retry)
             return sum(useful)
 
-        def more(groups: int) -> dict[str, Any]:
-            if failed:  # this step's failed prompts first: more tries where the policy has not found the answer
-                taken, failed[:] = failed[:groups], failed[groups:]
-                rows = [row for row, _ in taken]
+        def retries(taken: list[tuple[dict[str, Any], int]]) -> tuple[list[dict[str, Any]], Callable]:
+            """Failed prompts' groups rolled out again, and how they are scored (logged under retry/)."""
+            prompts = [row for row, _ in taken]
+
+            def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 if self.guide is not None:  # each group's first row, on the prompt's last retry
                     last = [i for i, (_, r) in enumerate(taken) if r + 1 == self.retry]
-                    self._guided = {i * group: self._demonstration_ids(rows[i]) for i in last}
+                    self._guided = {i * group: self._demonstration_ids(prompts[i]) for i in last}
                     counts["guided"] += len(last)
                 try:
-                    scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "retry/")
+                    scored = self._score_aside(rows, "retry/")
                 finally:
                     self._guided = {}
-                counts["retried"] += len(rows)
-                counts["retried_useful"] += note(rows, [0] * len(rows), [r + 1 for _, r in taken], scored)
+                counts["retried"] += len(prompts)
+                counts["retried_useful"] += note(prompts, [0] * len(prompts), [r + 1 for _, r in taken], scored)
                 return scored
+
+            return [dict(row) for row in prompts for _ in range(group)], score
+
+        def new_prompts(groups: int) -> tuple[list[dict[str, Any]], Callable]:
+            """`groups` new prompts' groups (the round's own seed), and how they are scored."""
+            seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
+            new["left"] -= groups
+
+            def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
+                scored = self._score(rows)
+                note(rows[::group], [0] * groups, [0] * groups, scored)
+                return scored
+
+            return extra_prompt_rows(data, groups, group, seed), score
+
+        def more(groups: int, wanted: int) -> list[dict[str, Any]]:
+            if ready:  # upfront: the first round (its seed) was rolled out with the batch
+                next(rounds)
+                rows, scored, success = ready.pop()
+                new["left"] -= len(rows) // group
+                queue(rows[::group], [0] * (len(rows) // group), [0] * (len(rows) // group), scored, success)
+                return [scored]
+            if failed:  # this step's failed prompts first: more tries where the policy has not found the answer
+                taken, failed[:] = failed[:groups], failed[groups:]
+                parts = [retries(taken)]
+                # Room in the round that the retries alone cannot fill, and none of them comes back: the new
+                # prompts the next round would draw are rolled out with them, one decode instead of two.
+                room = min(groups - len(taken), new["left"])
+                if (
+                    room
+                    and len(taken) < wanted
+                    and all(r + 1 == self.retry for _, r in taken)
+                    and not (self.replay is not None and len(self.replay))
+                ):
+                    parts.append(new_prompts(room))
+                return self._score_together(parts)
             if self.replay is not None and len(self.replay):
                 taken = self.replay.take(groups)
                 rows = [row for row, _ in taken]
                 scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "replay/")
                 counts["replayed"] += len(rows)
                 counts["replayed_useful"] += note(rows, [t for _, t in taken], [0] * len(rows), scored)
-                return scored
-            seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
-            if ready:  # upfront: this round was rolled out with the batch
-                return ready.pop()
-            rows = extra_prompt_rows(data, groups, group, seed)
-            scored = self._score(rows)
-            note(rows[::group], [0] * groups, [0] * groups, scored)
-            return scored
+                return [scored]
+            if new["left"] < 1:  # upfront: what remains is the retries' allowance
+                return []
+            rows, score = new_prompts(min(groups, new["left"]))
+            return [score(rows)]
 
         first = list(inputs[::group])
-        note(first, [0] * len(first), [0] * len(first), batch)
-        size = batch["advantages"].numel() // group
-        batch, stats = fill_batch(
-            batch, more, group, round(self.dynamic_max_extra * size), self._tokenizer.pad_token_id
-        )
+        queue(first, [0] * len(first), [0] * len(first), batch, row_success)
+        batch, stats = fill_batch(batch, more, group, budget + allowance, self._tokenizer.pad_token_id)
         if ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
-            stats["dynamic/extra_rollouts"] += float(ready[0]["advantages"].numel())
+            stats["dynamic/extra_rollouts"] += float(ready[0][1]["advantages"].numel())
         if self.replay is not None:
             self.replay.push(found)
             stats["dynamic/replayed"] = float(counts["replayed"])
@@ -732,3 +807,22 @@ def _select_rows(batch: dict[str, Any], mask: torch.Tensor) -> dict[str, Any]:
         else:
             out[key] = value  # scalars such as num_items_in_batch stay as computed over the whole batch
     return out
+
+
+class _DrawnAhead:
+    """Completions rolled out for several parts at once, handed out part by part in the order drawn."""
+
+    def __init__(self, prompt_ids: list[list[int]], drawn: Any, logprobs: bool) -> None:
+        self.prompt_ids = [list(ids) for ids in prompt_ids]
+        self.ids, self.logps = drawn if logprobs else (drawn, None)
+
+    def take(self, prompt_ids: list[list[int]]) -> Any:
+        """The next `len(prompt_ids)` rows' completions (with log-probabilities when drawn with them)."""
+        n = len(prompt_ids)
+        if self.prompt_ids[:n] != [list(ids) for ids in prompt_ids]:
+            raise RuntimeError("grpokit: the prompts being scored are not the ones rolled out ahead for them (a bug)")
+        ids, self.prompt_ids, self.ids = self.ids[:n], self.prompt_ids[n:], self.ids[n:]
+        if self.logps is None:
+            return ids
+        logps, self.logps = self.logps[:n], self.logps[n:]
+        return ids, logps
