@@ -206,7 +206,6 @@ def grpokit_kwargs(name: str, work: Workload) -> dict[str, Any]:
 def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str, float]:
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOTrainer
 
     from grpokit.models import load_model
@@ -236,6 +235,21 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
         processing_class=tokenizer,
         **kwargs,
     )
+    return time_steps(trainer, steps, grpokit=cls is GrpoTrainer)
+
+
+def time_steps(trainer: Any, steps: int, grpokit: bool) -> dict[str, float]:
+    """Train `steps` GRPO steps and time them: the mean of all but the first (warm-up), split into
+    generation, rewards, other scoring and the training pass (the rest of the step). On a GPU each clock
+    reading waits for the queued kernels first, so a span holds its own work."""
+    import torch
+    from transformers import TrainerCallback
+
+    def clock() -> float:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     trainer.args.max_steps = steps
 
     spans: dict[str, list[float]] = {"generate": [], "rewards": [], "score": [], "tokens": []}
@@ -245,11 +259,11 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
         original = getattr(trainer, method)
 
         def wrapper(*args: Any, **kw: Any) -> Any:
-            start = time.perf_counter()
+            start = clock()
             try:
                 result = original(*args, **kw)
             finally:
-                spans[key].append(time.perf_counter() - start)
+                spans[key].append(clock() - start)
             if method == "_generate":  # (prompt_ids, completion_ids, ...): tokens drawn
                 spans["tokens"].append(sum(len(c) for c in result[1]))
             return result
@@ -258,16 +272,16 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
 
     timed("_generate", "generate")
     timed("_calculate_rewards", "rewards")
-    timed("_score" if cls is GrpoTrainer else "_generate_and_score_completions", "score")
+    timed("_score" if grpokit else "_generate_and_score_completions", "score")
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            self.start = time.perf_counter()
+            self.start = clock()
             self.marks = {key: len(v) for key, v in spans.items()}
 
         def on_step_end(self, args, state, control, **kw):
             row = {key: sum(v[self.marks[key] :]) for key, v in spans.items()}
-            per_step.append({**row, "step": time.perf_counter() - self.start})
+            per_step.append({**row, "step": clock() - self.start})
 
     trainer.add_callback(StepClock())
     trainer.train()
