@@ -37,59 +37,27 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_step import time_steps  # the same step clock as `make bench`
 
-SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
-    "smollm2-135m": (
-        "llama",
-        dict(
-            hidden_size=576,
-            intermediate_size=1536,
-            num_hidden_layers=30,
-            num_attention_heads=9,
-            num_key_value_heads=3,
-            vocab_size=49152,
-            rope_theta=100000.0,
-            tie_word_embeddings=True,
-        ),
-    ),
-    "qwen2.5-0.5b": (
-        "qwen2",
-        dict(
-            hidden_size=896,
-            intermediate_size=4864,
-            num_hidden_layers=24,
-            num_attention_heads=14,
-            num_key_value_heads=2,
-            vocab_size=151936,
-            rope_theta=1000000.0,
-            tie_word_embeddings=True,
-        ),
-    ),
-    "qwen2.5-1.5b": (
-        "qwen2",
-        dict(
-            hidden_size=1536,
-            intermediate_size=8960,
-            num_hidden_layers=28,
-            num_attention_heads=12,
-            num_key_value_heads=2,
-            vocab_size=151936,
-            rope_theta=1000000.0,
-            tie_word_embeddings=True,
-        ),
-    ),
-}
-TINY = (
-    "llama",
-    dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=512,
+
+def _shape(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int, rope: float) -> dict:
+    return dict(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        vocab_size=vocab,
+        rope_theta=rope,
         tie_word_embeddings=True,
-    ),
-)
+    )
+
+
+# (model type, config): the published shapes' layers, widths, heads and vocabulary
+SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
+    "smollm2-135m": ("llama", _shape(576, 1536, 30, 9, 3, 49152, 1e5)),
+    "qwen2.5-0.5b": ("qwen2", _shape(896, 4864, 24, 14, 2, 151936, 1e6)),
+    "qwen2.5-1.5b": ("qwen2", _shape(1536, 8960, 28, 12, 2, 151936, 1e6)),
+}
+TINY = ("llama", _shape(64, 128, 2, 4, 2, 512, 1e4))
 CONTENDERS = ("trl-defaults", "trl-tuned", "grpokit")
 
 
@@ -142,23 +110,12 @@ def model_flops(shape: dict[str, Any], rows: int, group: int, prompt: int, compl
     return {"unshared": 3 * unshared, "shared": 3 * shared}
 
 
-def bf16_matmul_tflops(device: str, n: int = 8192, repeats: int = 10) -> float:
-    import torch
+def bf16_matmul_tflops(device: str) -> float:
+    """The bf16 rate of an 8192^3 product on `device` (1024^3 in a dry run on a CPU), in TFLOP/s."""
+    from grpokit.precision import matmul_gflops
 
-    if device == "cpu":
-        n, repeats = 1024, 3
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
+    n, repeats = (1024, 3) if device == "cpu" else (8192, 10)
+    return matmul_gflops(n, "bfloat16", repeats, inner=n, cols=n, device=device) / 1000
 
 
 def contender_config(name: str, out: Path, args: argparse.Namespace, device: str) -> Any:
@@ -219,10 +176,6 @@ def run_contender(name: str, model_name: str, args: argparse.Namespace, device: 
     if cls is GrpoTrainer:
         result["shared_prefix"] = bool(trainer.shared_prefix)
     result["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else float("nan")
-    del trainer, model
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
     return result
 
 
@@ -282,10 +235,11 @@ def main() -> int:
             except Exception as err:  # one contender failing (memory, an unsupported path) keeps the others
                 record["not_run"][key] = f"{type(err).__name__}: {err}"[:500]
                 print(f"[bench-gpu] {key}: failed: {record['not_run'][key]}", flush=True)
+                continue
+            finally:  # the contender's model, optimizer and caches go before the next one starts
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()
-                continue
             executed = flops["shared"] if r.get("shared_prefix") else flops["unshared"]
             r["model_tflop"] = flops["unshared"] / 1e12
             r["executed_tflop"] = executed / 1e12

@@ -15,18 +15,26 @@ import time
 BF16_MIN_SPEEDUP = 1.3
 
 
-def matmul_gflops(rows: int = 256, dtype: str = "float32", repeats: int = 20) -> float:
-    """GFLOP/s of a [rows x 576] x [576 x 1536] matmul in `dtype` on this machine (after 3 warm-ups)."""
+def matmul_gflops(
+    rows: int = 256, dtype: str = "float32", repeats: int = 20, inner: int = 576, cols: int = 1536, device: str = "cpu"
+) -> float:
+    """GFLOP/s of a [rows x inner] x [inner x cols] matmul in `dtype` on `device` (after 3 warm-ups); the
+    default shape is SmolLM2's MLP. On a GPU the clock is read after the queued products finish."""
     import torch
 
-    a = torch.randn(rows, 576, dtype=getattr(torch, dtype))
-    b = torch.randn(576, 1536, dtype=getattr(torch, dtype))
+    def clock() -> float:
+        if device != "cpu":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    a = torch.randn(rows, inner, dtype=getattr(torch, dtype), device=device)
+    b = torch.randn(inner, cols, dtype=getattr(torch, dtype), device=device)
     for _ in range(3):
         a @ b
-    start = time.perf_counter()
+    start = clock()
     for _ in range(repeats):
         a @ b
-    return 2 * rows * 576 * 1536 * repeats / max(time.perf_counter() - start, 1e-9) / 1e9
+    return 2 * rows * inner * cols * repeats / max(clock() - start, 1e-9) / 1e9
 
 
 def cpu_name() -> str:
