@@ -296,6 +296,59 @@ def test_sft_micro_batches_train_the_weights_of_whole_batches(tiny_model_dir, tm
         torch.testing.assert_close(micro[name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_the_sft_loss_scores_only_demonstration_tokens_with_the_same_loss_and_gradients(tiny_model_dir, tmp_path):
+    """On a CPU the sft stage's LM head runs on the labelled positions only (cold_start.compact_lm_head):
+    the rows reaching the vocabulary are the demonstration tokens, not every position of the padded batch,
+    and the loss, every adapter gradient and the logged entropy and token accuracy are those of TRL's
+    every-position pass."""
+    import trl.trainer.utils as trl_utils
+
+    from grpokit import cold_start
+    from grpokit.models import load_model
+
+    recipe = build_recipe(tiny_recipe(tiny_model_dir, tmp_path, cold_start={"examples": 8, "batch_size": 8}))
+    model, tokenizer = load_model(recipe.model.name)
+    sft = cold_start.build_trainer(train.attach_lora(model, recipe), tokenizer, recipe, tmp_path / "sft")
+    batch = sft._prepare_inputs(next(iter(sft.get_train_dataloader())))
+    labelled = int((batch["labels"][:, 1:] != -100).sum())
+    assert labelled < batch["labels"][:, 1:].numel(), "the batch has prompt and padding positions"
+
+    rows = []
+    kernel = trl_utils._ChunkedLogProbFunction.apply
+
+    def counted(hidden, *args):
+        rows.append(hidden.shape[0])
+        return kernel(hidden, *args)
+
+    def run(compact: bool):
+        sft.model.zero_grad()
+        sft._metrics["train"].clear()
+        trl_utils._ChunkedLogProbFunction.apply = counted
+        try:
+            if compact:
+                loss = sft.compute_loss(sft.model, dict(batch))
+            else:  # TRL's own path, every position scored
+                loss = super(type(sft), sft).compute_loss(sft.model, dict(batch))
+        finally:
+            trl_utils._ChunkedLogProbFunction.apply = kernel
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in sft.model.named_parameters() if p.grad is not None}
+        logged = {k: sft._metrics["train"][k][-1] for k in ("entropy", "mean_token_accuracy")}
+        return loss.detach(), grads, logged
+
+    full_loss, full_grads, full_logged = run(compact=False)
+    assert rows == [batch["labels"][:, 1:].numel()]
+    rows.clear()
+    loss, grads, logged = run(compact=True)
+    assert rows == [labelled]
+    torch.testing.assert_close(loss, full_loss, rtol=1e-5, atol=1e-7)
+    assert full_grads and grads.keys() == full_grads.keys()
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    assert logged == pytest.approx(full_logged, rel=1e-5)
+    assert trl_utils._use_triton(torch.device("cpu")) is False, "TRL's switch is put back"
+
+
 def test_a_micro_batch_that_does_not_divide_the_batch_is_refused(tiny_model_dir, tmp_path):
     raw = tiny_recipe(tiny_model_dir, tmp_path, cold_start={"enabled": True, "batch_size": 4, "micro_batch": 3})
     with pytest.raises(RecipeError, match=r"micro_batch=3 does not divide batch_size=4"):

@@ -9,6 +9,8 @@ correctness on top of it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,7 @@ def build_trainer(
     steps (a run resumes inside it)."""
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     cfg = recipe.cold_start
     data = Dataset.from_list(build_demonstrations(task_of(recipe), tokenizer, recipe, first_example))
@@ -97,13 +99,52 @@ def build_trainer(
             if state.is_world_process_zero:
                 mark_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
 
-    return SFTTrainer(
+    return _sft_trainer_class()(
         model=model,
         args=args,
         train_dataset=data,
         processing_class=tokenizer,
         callbacks=[*(callbacks or []), _MarkComplete()],
     )
+
+
+def _sft_trainer_class() -> type:
+    from trl import SFTTrainer
+
+    class CompactSftTrainer(SFTTrainer):
+        """TRL's SFTTrainer, its loss's LM head run on the demonstration tokens only (see `compact_lm_head`)."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            with compact_lm_head():
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    return CompactSftTrainer
+
+
+@contextmanager
+def compact_lm_head() -> Iterator[bool]:
+    """Within it, TRL's fused LM head scores only the positions that have a label on a CPU too.
+
+    TRL's SFT loss projects through the vocabulary in tiles (`add_fused_lm_head`); on a Triton device it
+    tiles only the labelled positions, elsewhere every position, so that the tile shapes stay fixed for
+    compilers such as Neuron's. A CPU in eager mode compiles nothing, and every position includes the
+    prompt and the padding: with the default recipe's ~50-token prompts and ~36-token answers, 60% of
+    the head's work (its forward, the backward's recomputed tiles and log-softmax over 49,152 entries)
+    went to positions the loss masks out. The loss, its gradient and the logged entropy and token
+    accuracy are the same sums over the labelled positions (tested). Yields whether it applies: with a
+    TRL that has no such switch it changes nothing.
+    """
+    import trl.trainer.utils as trl_utils
+
+    triton = getattr(trl_utils, "_use_triton", None)
+    if triton is None:
+        yield False
+        return
+    trl_utils._use_triton = lambda device: device.type == "cpu" or triton(device)
+    try:
+        yield True
+    finally:
+        trl_utils._use_triton = triton
 
 
 def task_of(recipe: Recipe) -> Task:
