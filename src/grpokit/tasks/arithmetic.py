@@ -34,10 +34,9 @@ class ArithmeticConfig:
     operators: list[str] = field(default_factory=lambda: ["+", "*"])
     # Each problem uses every operator at least once (3 operands, + and *: exactly a+b*c or a*b+c).
     all_operators: bool = True
-    # How worked steps write a sum whose larger term is >= 10: "none" in one step (`54 + 6 = 60.`),
-    # "carries" in two when the other term is a digit and the units carry (`4 + 6 = 10. 50 + 10 = 60.`:
-    # the larger term's units plus the other, then its tens plus that), "all" in two always (`4 + 3 = 7.
-    # 50 + 7 = 57.`, `4 + 10 = 14. 50 + 14 = 64.` too). The demonstrations and the `steps` reward follow it.
+    # How worked steps write a sum of a number >= 10 and a digit: "none" in one step (`54 + 6 = 60.`),
+    # "carries" in two when the units carry (`4 + 6 = 10. 50 + 10 = 60.`: the units, then the tens), "all"
+    # in two always (`4 + 3 = 7. 50 + 7 = 57.` too). The demonstrations and the `steps` reward follow it.
     split_sums: str = "none"
     # Share of the problem space held out for evaluation; training never draws from it.
     eval_fraction: float = 0.2
@@ -140,9 +139,8 @@ def solve(nums: list[int], ops: list[str], split_sums: str = "none") -> tuple[li
 
 
 def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
-    """`x + y` as the larger term's units plus the other term, then its tens plus that: whenever the larger
-    term is >= 10 (`mode` "all"), only when the other is a digit and the units carry ("carries"), or never
-    ("none": None, one step). A negative term is never split.
+    """`x + y` as the units' sum, then the tens plus it, when one term is a digit and the other is not
+    (`mode` "all"), only when the units carry ("carries"), or never ("none": None, one step).
 
     >>> split_sum(54, 7)
     ['4 + 7 = 11.', '50 + 11 = 61.']
@@ -150,17 +148,14 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     ['8 + 8 = 16.', '20 + 16 = 36.']
     >>> split_sum(54, 3)
     ['4 + 3 = 7.', '50 + 7 = 57.']
-    >>> split_sum(10, 54)  # the other term need not be a digit
-    ['4 + 10 = 14.', '50 + 14 = 64.']
     >>> split_sum(54, 3, "carries") is None  # no carry: one step
     True
     """
-    big, other = (x, y) if x >= y else (y, x)
-    carries = 0 <= other < 10 and big % 10 + other >= 10
-    if mode == "none" or big < 10 or other < 0 or (mode == "carries" and not carries):
+    big, digit = (x, y) if y < 10 else (y, x)
+    if mode == "none" or not (0 <= digit < 10 <= big) or (mode == "carries" and big % 10 + digit < 10):
         return None
     units, tens = big % 10, big - big % 10
-    return [f"{units} + {other} = {units + other}.", f"{tens} + {units + other} = {big + other}."]
+    return [f"{units} + {digit} = {units + digit}.", f"{tens} + {units + digit} = {big + digit}."]
 
 
 def _listed(example: Example) -> str:
