@@ -108,7 +108,13 @@ def test_the_control_is_the_recipe_with_its_grpo_stage_replaced_by_a_budgeted_sf
     raw = load_recipe(bench.RECIPE).to_dict()
     control = build_recipe(bench.control_recipe(raw, 36.4, 10))  # it loads: an sft-only recipe is valid
     warmup, more = control.stages
-    assert (warmup.name, warmup.kind, warmup.steps, warmup.examples) == ("warmup", "sft", 15, 240)
+    recipe_warmup = raw["stages"][0]  # the warm-up is the recipe's own, unchanged
+    assert (warmup.name, warmup.kind, warmup.steps, warmup.examples) == (
+        "warmup",
+        "sft",
+        recipe_warmup["steps"],
+        recipe_warmup["examples"],
+    )
     assert (more.name, more.kind, more.max_minutes, more.eval_every) == ("sft_more", "sft", 36.4, 10)
     assert more.examples == bench.CONTROL_EXAMPLES and more.steps == bench.CONTROL_STEPS
     assert (more.batch_size, more.learning_rate) == (warmup.batch_size, warmup.learning_rate)
