@@ -122,7 +122,7 @@ def _sft_trainer_class() -> type:
 
 
 @contextmanager
-def compact_lm_head() -> Iterator[bool]:
+def compact_lm_head() -> Iterator[None]:
     """Within it, TRL's fused LM head scores only the positions that have a label on a CPU too.
 
     TRL's SFT loss projects through the vocabulary in tiles (`add_fused_lm_head`); on a Triton device it
@@ -131,18 +131,18 @@ def compact_lm_head() -> Iterator[bool]:
     prompt and the padding: with the default recipe's ~50-token prompts and ~36-token answers, 60% of
     the head's work (its forward, the backward's recomputed tiles and log-softmax over 49,152 entries)
     went to positions the loss masks out. The loss, its gradient and the logged entropy and token
-    accuracy are the same sums over the labelled positions (tested). Yields whether it applies: with a
-    TRL that has no such switch it changes nothing.
+    accuracy are the same sums over the labelled positions (tested). With a TRL that has no such switch
+    it changes nothing.
     """
     import trl.trainer.utils as trl_utils
 
     triton = getattr(trl_utils, "_use_triton", None)
     if triton is None:
-        yield False
+        yield
         return
     trl_utils._use_triton = lambda device: device.type == "cpu" or triton(device)
     try:
-        yield True
+        yield
     finally:
         trl_utils._use_triton = triton
 
