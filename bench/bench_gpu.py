@@ -20,6 +20,13 @@ count, so its figure is the rate of the same work, an effective utilization; `ex
 Results go to `<out>/results_gpu.json` after every contender (a run cut short keeps what it measured).
 Run on the GPU machine: python bench/bench_gpu.py [--models smollm2-135m,qwen2.5-0.5b] [--steps 3]
 A dry run on a CPU (tiny shapes, fp32): python bench/bench_gpu.py --tiny
+
+`--decode` measures the rollout alone instead (`<out>/results_gpu_decode.json`): the same rows and forced
+lengths sampled at T=1 from the model in bf16 (a plain copy, as grpokit's rollout copy is), by transformers'
+`generate` (what TRL calls), by grpokit's sampler on transformers' forward (its path before the static
+decoder), on `grpokit.decode` eager with the static cache, and on it replayed from a CUDA graph (the
+default on a GPU); tokens per second, milliseconds per decoding step, the graph's capture time, and a
+greedy check that the graph draws the eager decoder's tokens exactly.
 """
 
 from __future__ import annotations
@@ -179,6 +186,141 @@ def run_contender(name: str, model_name: str, args: argparse.Namespace, device: 
     return result
 
 
+def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """The rollout alone, four ways (see the module's docstring), on one model shape."""
+    import functools
+    from unittest import mock
+
+    import torch
+
+    from grpokit import decode
+    from grpokit.rollout import SamplingSettings, sample
+
+    kind, shape = TINY if args.tiny else SHAPES[model_name]
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    model = build_model(kind, shape, device).to(dtype).eval().requires_grad_(False)
+    rng = random.Random(1)
+    vocab = shape["vocab_size"]
+    prompts = [[rng.randrange(3, vocab) for _ in range(args.prompt_tokens)] for _ in range(args.prompts)]
+    rows = [p for p in prompts for _ in range(args.group)]
+    captures: list[float] = []
+
+    def clock() -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    real_decoder = decode.Decoder
+    real_capture = real_decoder._capture
+
+    def timed_capture(self: Any) -> Any:
+        start = clock()
+        graph = real_capture(self)
+        captures.append(clock() - start)
+        return graph
+
+    def grpokit_sampler(tokens: int, top_k: int, static: bool | None, graphs: bool | None) -> list[list[int]]:
+        settings = SamplingSettings(max_new_tokens=tokens, min_new_tokens=tokens, top_k=top_k)
+        decoder = functools.partial(real_decoder, static=static, graphs=graphs)
+        with mock.patch.object(real_decoder, "_capture", timed_capture), mock.patch.object(decode, "Decoder", decoder):
+            if static is None:  # the sampler on transformers' forward: the decoder refused
+                with mock.patch.object(decode, "refusal", lambda model: "measured without it"):
+                    return sample(model, rows, settings, eos_ids=[1], pad_id=0)
+            return sample(model, rows, settings, eos_ids=[1], pad_id=0)
+
+    def generate(tokens: int, top_k: int) -> list[list[int]]:
+        ids = torch.tensor(rows, device=device)
+        options = dict(do_sample=True, top_k=0, top_p=1.0, temperature=1.0) if top_k != 1 else dict(do_sample=False)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            pad_token_id=0,
+            eos_token_id=1,
+            **options,
+        )
+        return out[:, ids.size(1) :].tolist()
+
+    cuda = device == "cuda"
+    ways: dict[str, Any] = {
+        "generate (TRL's path)": generate,
+        "grpokit sampler, transformers forward": functools.partial(grpokit_sampler, static=None, graphs=None),
+        "grpokit.decode, static cache, eager": functools.partial(grpokit_sampler, static=True, graphs=False),
+    }
+    if cuda:
+        ways["grpokit.decode, static cache, CUDA graph"] = functools.partial(grpokit_sampler, static=True, graphs=True)
+    result: dict[str, Any] = {"rows": len(rows), "tokens": args.tokens, "ways": {}}
+    for way, run in ways.items():
+        try:
+            run(8, 0)  # warm-up: kernels, cuBLAS handles, allocator
+            captures.clear()
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            start = clock()
+            drawn = run(args.tokens, 0)
+            seconds = clock() - start
+            assert all(len(r) == args.tokens for r in drawn), "every row must decode the forced length"
+        except Exception as err:  # one way failing keeps the others
+            result.setdefault("failed", {})[way] = f"{type(err).__name__}: {err}"[:500]
+            print(f"[bench-gpu] {model_name} / {way}: failed: {result['failed'][way]}", flush=True)
+            continue
+        result["ways"][way] = {
+            "seconds": seconds,
+            "tok_s": len(rows) * args.tokens / seconds,
+            "ms_per_step": 1000 * seconds / args.tokens,
+            "capture_s": sum(captures),
+            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan"),
+        }
+        print(f"[bench-gpu] {model_name} / {way}: {json.dumps(result['ways'][way])}", flush=True)
+    # Greedy agreement: the graph replays the eager decoder's kernels (identical tokens); transformers'
+    # forward rounds bf16 differently (fused projections), so its share of identical tokens is reported.
+    check = min(args.tokens, 32)
+    eager = ways["grpokit.decode, static cache, eager"](check, 1)
+    graph = ways.get("grpokit.decode, static cache, CUDA graph", ways["grpokit.decode, static cache, eager"])
+    forward = ways["grpokit sampler, transformers forward"](check, 1)
+    same = sum(a == b for r, s in zip(eager, forward, strict=True) for a, b in zip(r, s, strict=True))
+    result["greedy_graph_equals_eager"] = graph(check, 1) == eager
+    result["greedy_tokens_equal_to_forward"] = same / (len(rows) * check)
+    return result
+
+
+def main_decode(args: argparse.Namespace, device: str, record: dict[str, Any], start: float) -> int:
+    import torch
+
+    path = Path(args.out) / "results_gpu_decode.json"
+    for model_name in args.models.split(","):
+        if time.perf_counter() - start > args.budget:
+            record["not_run"][model_name] = "the run's time budget was spent"
+            continue
+        try:
+            record["results"][model_name] = run_decode(model_name, args, device)
+        except Exception as err:  # one shape failing keeps the others
+            record["not_run"][model_name] = f"{type(err).__name__}: {err}"[:500]
+            print(f"[bench-gpu] {model_name}: failed: {record['not_run'][model_name]}", flush=True)
+        finally:
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"\n{record['device']}; {args.prompts} prompts x {args.group} rows, {args.prompt_tokens}-token prompts, "
+          f"{args.tokens} tokens forced, T=1, bf16 weights")
+    print(f"{'model / rollout':<58} {'s':>6} {'tok/s':>8} {'ms/step':>8} {'capture s':>9} {'peak GB':>7}")
+    for model_name, r in record["results"].items():
+        for way, why in r.get("failed", {}).items():
+            print(f"{model_name + ' / ' + way:<58} failed: {why}")
+        for way, w in r["ways"].items():
+            print(f"{model_name + ' / ' + way:<58} {w['seconds']:>6.2f} {w['tok_s']:>8.0f} {w['ms_per_step']:>8.2f} "
+                  f"{w['capture_s']:>9.3f} {w['peak_gpu_gb']:>7.1f}")
+        print(f"{model_name}: greedy graph == eager: {r['greedy_graph_equals_eager']}; "
+              f"greedy tokens equal to transformers' forward: {100 * r['greedy_tokens_equal_to_forward']:.1f}%")
+    for key, why in record["not_run"].items():
+        print(f"{key}: not run ({why})")
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written: {path}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(SHAPES))
@@ -192,6 +334,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=480, help="seconds; contenders not started after it")
     parser.add_argument("--out", default="bench/out-gpu")
     parser.add_argument("--tiny", action="store_true", help="a dry run on a CPU: tiny shapes, fp32")
+    parser.add_argument("--decode", action="store_true", help="the rollout alone, four ways (see above)")
     args = parser.parse_args()
     start = time.perf_counter()
     import torch
@@ -218,6 +361,8 @@ def main() -> int:
         "results": {},
         "not_run": {},
     }
+    if args.decode:
+        return main_decode(args, device, record, start)
     path = out / ("results_gpu.json" if not args.micro_batch_rows else f"results_gpu_micro{args.micro_batch_rows}.json")
     for model_name in args.models.split(","):
         shape = (TINY if args.tiny else SHAPES[model_name])[1]

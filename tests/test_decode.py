@@ -1,3 +1,5 @@
+import functools
+
 import pytest
 import torch
 
@@ -51,9 +53,12 @@ def _prefilled(model, prompts):
     return cache, logits[expand], mask[expand]
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["growing", "static"])
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
-def test_decoding_steps_give_transformers_logits(kind):
-    """Each step's logits equal transformers' forward with its own cache (fp32), rows leaving included."""
+def test_decoding_steps_give_transformers_logits(kind, static):
+    """Each step's logits equal transformers' forward with its own cache (fp32), rows leaving included; the
+    static cache (a GPU's: every slot from the start, finished rows kept in place, the slot a device tensor,
+    which a CUDA graph replays) computes the same as the growing one, eagerly here on a CPU."""
     model = tiny(kind)
     assert decode.refusal(model) is None
     torch.manual_seed(1)
@@ -64,17 +69,23 @@ def test_decoding_steps_give_transformers_logits(kind):
         with pytest.MonkeyPatch.context() as patch:
             if not use_decoder:  # the same steps on transformers' forward
                 patch.setattr(decode, "refusal", lambda model: "off")
+            patch.setattr(decode, "Decoder", functools.partial(decode.Decoder, static=static))
             steps = rollout._Steps(model, cache, mask, 20, rollout._cache_argument(model))
         assert (steps.decoder is not None) == use_decoder
         if use_decoder:  # the prefill's cache moved into the decoder's buffers, not copied beside them
             assert all(layer.keys is None and layer.values is None for layer in cache.layers)
-            assert steps.decoder.bias.size(-1) == mask.size(1) + decode.GROW  # room for GROW tokens, then more
+            room = 20 if static else decode.GROW  # static: every slot now; growing: room for GROW, then more
+            assert steps.decoder.bias.size(-1) == mask.size(1) + room
+            assert steps.decoder.static == static and not steps.decoder.graphs  # a CPU never captures a graph
         rows, out = torch.arange(len(PROMPTS)), []
         for i in range(20):
             if i == 4:  # rows 1 and 4 leave the batch
                 rows = torch.tensor([0, 2, 3, 5])
                 steps.keep(torch.tensor([0, 2, 3, 5]))
             out.append(steps.step(feed[i, rows]).clone())  # the decoder reuses its logits buffer
+        if use_decoder and static:  # a full static cache says so instead of writing past its end
+            with pytest.raises(ValueError, match="no room"):
+                steps.step(feed[0, rows])
         runs.append(out)
     for fast, slow in zip(*runs, strict=True):
         torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
@@ -94,9 +105,12 @@ def test_bf16_decoding_stays_within_rounding_of_transformers():
     assert fast == slow
 
 
-def test_sampling_with_the_decoder_draws_what_transformers_forward_draws(monkeypatch):
-    """T=1 sampling from one seed: the same tokens and log-probabilities either way."""
+@pytest.mark.parametrize("static", [False, True], ids=["growing", "static"])
+def test_sampling_with_the_decoder_draws_what_transformers_forward_draws(monkeypatch, static):
+    """T=1 sampling from one seed: the same tokens and log-probabilities either way (static: finished rows
+    stay in the decoder's batch, and the sampler still sees only the live ones)."""
     model = tiny("qwen2")
+    monkeypatch.setattr(decode, "Decoder", functools.partial(decode.Decoder, static=static))
     settings = SamplingSettings(max_new_tokens=12, temperature=1.0)
     eos = [3, 17, 29]  # several end tokens: rows end at different steps
     runs = []
@@ -138,5 +152,26 @@ def test_models_the_decoder_cannot_run_exactly_keep_transformers_forward(tiny_mo
     adapted = get_peft_model(tiny("llama"), LoraConfig(r=2, target_modules=["q_proj"])).get_base_model()
     adapted.requires_grad_(False)
     assert "Linear" in decode.refusal(adapted)
+    with pytest.raises(ValueError, match="CUDA graphs"):  # a graph replays only on a GPU
+        decode.Decoder(model, graphs=True)
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50)).eval().requires_grad_(False)
     assert "gpt2" in decode.refusal(gpt2)
+
+
+def test_the_static_decoder_makes_its_buffers_on_the_model_device():
+    """Every buffer of a rollout is made on the model's device: a tensor made without one would land on the
+    default device, a CPU, beside a GPU model (which failed on an H200). Here the default device is `meta`,
+    so anything made without a device clashes with the CPU model's tensors."""
+    model = tiny("llama", torch.bfloat16)
+    settings = SamplingSettings(max_new_tokens=12, temperature=1.0)
+    torch.manual_seed(3)
+    expected = sample(model, PROMPTS * 2, settings, eos_ids=[3, 17], pad_id=0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode, "Decoder", functools.partial(decode.Decoder, static=True))
+        torch.set_default_device("meta")
+        try:
+            torch.manual_seed(3)
+            drawn = sample(model, PROMPTS * 2, settings, eos_ids=[3, 17], pad_id=0)
+        finally:
+            torch.set_default_device("cpu")
+    assert drawn == expected and any(len(r) < 12 for r in drawn)  # rows left the batch on the way

@@ -12,18 +12,30 @@ rotary module, attention as `grpokit.attention` decodes: bf16 scores, a float32 
 - the mask and rotary tables built once per rollout, indexed per step; the LM head into a reused buffer.
 Measured 1.28x on the default recipe's rollout, 1.08x on its fp32 evaluation (bench/bench_decode.py).
 
-It covers plain (merged, not peft-wrapped) Llama, Qwen2 and Qwen3 checkpoints on a CPU, in eval mode and
-outside autocast, which is what grpokit samples from: the rollout copy and evaluation's merged model.
+It covers plain (merged, not peft-wrapped) Llama, Qwen2 and Qwen3 checkpoints on a CPU or a CUDA GPU, in
+eval mode and outside autocast, which is what grpokit samples from: the rollout copy and evaluation's merged
+model.
+
+On a GPU a decoding step is a few microseconds of arithmetic per kernel and ~800 kernel launches (30
+layers): transformers' forward measured ~27 ms a step for 128 rows whatever the model's size (H200,
+bench/RESULTS.md v0.20), launch- and Python-bound. There the decoder runs *static*: the cache holds every
+slot up to `max_new` from the start, rows stay in the batch when they finish (their draws are ignored, their
+cache rows attend to nothing else), the slot being written is a device tensor, and the whole step (every
+layer, the LM head, the slot's advance) is captured once per rollout in a CUDA graph and replayed, one
+launch a token.
 `refusal` names why any other model keeps transformers' forward (the sampler falls back, the same tokens
 drawn from the same distribution). Prefill stays transformers' forward; `Decoder.start` takes its cache.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import torch
+
+log = logging.getLogger(__name__)
 
 _ARCHITECTURES = ("llama", "qwen2", "qwen3")
 GROW = 16  # cache slots added at a time
@@ -37,8 +49,8 @@ def refusal(model: Any) -> str | None:
         return f"model type {kind!r} is not one of {', '.join(_ARCHITECTURES)}"
     if model.training or any(p.requires_grad for p in model.parameters()):
         return "the model trains (training mode, or parameters that require gradients)"
-    if model.device.type != "cpu":
-        return f"it runs on {model.device.type}, where transformers' kernels are the tool (measured on CPUs only)"
+    if model.device.type not in ("cpu", "cuda"):
+        return f"it runs on {model.device.type}, not a CPU or a CUDA GPU"
     if torch.is_autocast_enabled(model.device.type):
         return "autocast is on: the decoder computes in the weights' own dtype"
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "pretraining_tp", 1) != 1:
@@ -65,10 +77,19 @@ class Decoder:
     """One token per row through a Llama-family model, with its own key/value cache. Usage:
     `start(hf_cache, mask, max_new)` after transformers' prefill, then `step(tokens, positions)` -> logits
     [B, V] float32 per step, and `keep(rows)` when rows leave the batch. The weights are read at `start`
-    (fused, see `fused`): they must not change until the rollout ends."""
+    (fused, see `fused`): they must not change until the rollout ends.
 
-    def __init__(self, model: Any) -> None:
+    `static` (default: on a CUDA device) preallocates the cache and keeps finished rows computing in place
+    (see the module's docstring); `graphs` (default: `static` on CUDA) replays the step from a CUDA graph.
+    Both compute the same numbers as the growing, shrinking cache a CPU uses."""
+
+    def __init__(self, model: Any, static: bool | None = None, graphs: bool | None = None) -> None:
         self.model = model
+        cuda = model.device.type == "cuda"
+        self.static = cuda if static is None else static
+        self.graphs = (self.static and cuda) if graphs is None else graphs
+        if self.graphs and not (self.static and cuda):
+            raise ValueError("CUDA graphs need the static cache on a CUDA device")
         self.body = model.model
         config = model.config
         attn = self.body.layers[0].self_attn
@@ -94,7 +115,7 @@ class Decoder:
         per head), which their matmul reads faster (91 against 123 us per layer at 32 rows)."""
         rows, length = mask.shape
         self.length, self.limit = length, length + max_new
-        capacity = min(length + GROW, self.limit)
+        capacity = self.limit if self.static else min(length + GROW, self.limit)
         self.keys, self.values = [], []
         for layer in cache.layers:
             k, v = layer.keys, layer.values  # [B, Hkv, L, D]
@@ -108,7 +129,9 @@ class Decoder:
         dtype = self.keys[0].dtype
         exact = torch.promote_types(dtype, torch.float32)
         bias_dtype = dtype if self.exact_scale else exact
-        self.bias = torch.full((rows, self.kv_heads, 1, capacity), torch.finfo(bias_dtype).min, dtype=bias_dtype)
+        self.bias = torch.full(
+            (rows, self.kv_heads, 1, capacity), torch.finfo(bias_dtype).min, dtype=bias_dtype, device=mask.device
+        )
         self.bias[..., :length].masked_fill_((mask == 1)[:, None, None, :], 0.0)  # [B, Hkv, 1, T] additive mask
         positions = torch.arange(self.limit + 1, device=mask.device).unsqueeze(0)
         cos, sin = self.body.rotary_emb(self.keys[0], positions)  # [1, P, D] in the cache's dtype
@@ -122,6 +145,12 @@ class Decoder:
         self.logits = (
             self.head_out if head.dtype == torch.float32 else torch.empty_like(self.head_out, dtype=torch.float32)
         )
+        if self.static:  # what a step reads and writes in place: a captured graph replays on these addresses
+            self.slot = torch.tensor([length], device=mask.device)  # the cache slot the next token fills
+            self.live = torch.arange(rows, device=mask.device)  # batch rows still decoding, as the caller sees them
+            self.tokens = torch.zeros(rows, dtype=torch.long, device=mask.device)
+            self.positions = torch.zeros(rows, dtype=torch.long, device=mask.device)
+            self.graph: Any = None
         self.layers = []  # per layer, what a step reads: no module lookups in the loop
         for layer in self.body.layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -139,6 +168,9 @@ class Decoder:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows (indices into the current batch)."""
+        if self.static:  # the others stay in the buffers, computing what nobody reads
+            self.live = self.live[rows]
+            return
         for i in range(len(self.keys)):  # one layer at a time: never two copies of the whole cache
             self.keys[i] = self.keys[i].index_select(0, rows)
             self.values[i] = self.values[i].index_select(0, rows)
@@ -157,17 +189,59 @@ class Decoder:
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """tokens [B] at positions [B] (their rotary positions) -> next-token logits [B, V] in float32, in a
         buffer the next step overwrites."""
+        if not self.static:
+            slot = self.length
+            if slot == self.bias.size(-1):
+                self._grow()
+            self.length += 1
+            return self._forward(tokens, positions, slot)
+        if self.length == self.limit:
+            raise ValueError(f"the cache holds {self.limit} positions: no room for another token")
+        self.length += 1
+        self.tokens.index_copy_(0, self.live, tokens)
+        self.positions.index_copy_(0, self.live, positions)
+        if self.graphs and self.graph is None:
+            try:
+                self.graph = self._capture()
+            except RuntimeError as err:  # eager from here on: the same arithmetic, one launch per kernel
+                log.warning("decoding without a CUDA graph: its capture failed (%s)", err)
+                self.graphs = False
+        if self.graphs:
+            self.graph.replay()
+        else:
+            self._forward(self.tokens, self.positions, self.slot)
+            self.slot.add_(1)
+        return self.logits if len(self.live) == len(self.tokens) else self.logits.index_select(0, self.live)
+
+    def _capture(self) -> Any:
+        """The static step (and the slot's advance) as a CUDA graph. One eager run first on a side stream, as
+        capture needs (cuBLAS workspaces, lazy initialisation): it computes the first step itself, writing
+        the slot the replay then writes again with the same values."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._forward(self.tokens, self.positions, self.slot)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._forward(self.tokens, self.positions, self.slot)
+            self.slot.add_(1)
+        return graph
+
+    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor, slot: int | torch.Tensor) -> torch.Tensor:
+        """One decoding step writing cache slot `slot`: an int (the growing cache), or a one-element device
+        tensor (the static cache: indexed writes, no host value, so a graph can replay it)."""
         linear = torch.nn.functional.linear
         rows = tokens.size(0)
-        slot = self.length
-        if slot == self.bias.size(-1):
-            self._grow()
-        self.length += 1
+        static = isinstance(slot, torch.Tensor)
         h, hkv, d = self.heads, self.kv_heads, self.dim
         group, half = h // hkv, d // 2
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [B, 1, D]
         x = self.body.embed_tokens(tokens)  # [B, E]
-        self.bias[..., slot] = 0.0
+        if static:
+            self.bias.index_fill_(-1, slot, 0.0)
+        else:
+            self.bias[..., slot] = 0.0
         bias = self.bias.view(rows * hkv, 1, -1)  # [B Hkv, 1, T]
         for (norm1, (qkv_w, qkv_b), qk_norms, (o_w, o_b), norm2, (gu_w, gu_b), (down_w, down_b)), kc, vc in zip(
             self.layers, self.keys, self.values, strict=True
@@ -184,8 +258,13 @@ class Decoder:
                     1,
                 )
             qk = qk * cos + torch.cat([qk[..., half:], qk[..., :half]], dim=-1) * sin  # rotary, on q and k at once
-            kc[..., slot] = qk[:, h:]
-            vc[:, :, slot] = qkv[:, (h + hkv) * d :].view(rows, hkv, d)
+            value = qkv[:, (h + hkv) * d :].view(rows, hkv, d)
+            if static:
+                kc.index_copy_(3, slot, qk[:, h:].unsqueeze(-1))
+                vc.index_copy_(2, slot, value.unsqueeze(2))
+            else:
+                kc[..., slot] = qk[:, h:]
+                vc[:, :, slot] = value
             q = qk[:, :h].reshape(rows * hkv, group, d)  # query heads grouped under their key/value head
             if self.exact_scale:  # [B Hkv, G, T]
                 scores = torch.baddbmm(bias, q, kc.view(rows * hkv, d, -1), alpha=self.scaling)

@@ -170,14 +170,16 @@ def sample(
     rows = len(expand)
     steps = _Steps(model, cache, mask, settings.max_new_tokens, cache_kwarg)
     del cache  # moved into the decoder's buffers, or held by `steps`
-    active = torch.arange(rows, device=device)  # original row index of each batch row
+    active = list(range(rows))  # original row index of each batch row
     produced: list[list[int]] = [[] for _ in range(rows)]
     drawn_logps: list[list[float]] = [[] for _ in range(rows)]
     eos = torch.tensor(list(eos_ids), device=device)
     stop_check = bool(settings.stop_texts) and tokenizer is not None
     tail = max((len(t) for t in settings.stop_texts), default=0)
 
-    stopping = torch.zeros(rows, dtype=torch.bool, device=device)  # wrote a stop text: one last draw
+    # Host-side bookkeeping in plain lists: one device-to-host copy of the step's tokens (and end flags),
+    # not one read per row, which on a GPU is a synchronisation each.
+    stopping = [False] * rows  # wrote a stop text: one last draw
     for step in range(settings.max_new_tokens):
         if step < settings.min_new_tokens:
             logits[:, eos] = float("-inf")
@@ -186,8 +188,8 @@ def sample(
         else:
             tokens, token_logps = draw_with_logprob(filter_logits(logits, settings))  # [B], [B]
             step_logps = token_logps.tolist() if logprobs else None
-        done = torch.isin(tokens, eos)
-        for b, (row, token) in enumerate(zip(active.tolist(), tokens.tolist(), strict=True)):
+        drawn, done = torch.stack([tokens, torch.isin(tokens, eos).long()]).tolist()
+        for b, (row, token) in enumerate(zip(active, drawn, strict=True)):
             if stopping[row] and not done[b]:  # the draw after a stop text: kept only if it ends the row
                 done[b] = True
                 continue
@@ -197,12 +199,13 @@ def sample(
             if stop_check and not stopping[row] and not done[b] and step + 1 >= settings.min_new_tokens:
                 text = tokenizer.decode(produced[row][-(tail + 2) :], skip_special_tokens=False)
                 stopping[row] = any(stop in text for stop in settings.stop_texts)
-        if bool(done.all()) or step + 1 == settings.max_new_tokens:
+        if all(done) or step + 1 == settings.max_new_tokens:
             break
-        keep = (~done).nonzero().squeeze(1)
-        if len(keep) < len(active):  # finished rows leave the batch
+        kept = [b for b, ended in enumerate(done) if not ended]
+        if len(kept) < len(active):  # finished rows leave the batch
+            keep = torch.tensor(kept, device=device)
             steps.keep(keep)
-            active, tokens = active[keep], tokens[keep]
+            active, tokens = [active[b] for b in kept], tokens[keep]
         logits = steps.step(tokens)
     return (produced, drawn_logps) if logprobs else produced
 
@@ -374,9 +377,13 @@ def wants_copy(policy: Any) -> bool:
     LoRA r=16 on all linear layers: 5.0 s vs 11.3 s for 32 x 64 tokens). A full fine-tune samples on the
     policy itself under autocast: there a bf16 copy measured no faster inside the trainer (5.75 s vs
     5.23 s per rollout) and its refresh rewrote every weight each step. An adapter the copy cannot hold
-    exactly (`copy_refusal`) samples on the policy too, said once in the log."""
+    exactly (`copy_refusal`) samples on the policy too, said once in the log.
+
+    On a CUDA GPU a full fine-tune gets a copy too: `grpokit.decode` captures its decoding step in a CUDA
+    graph, which needs a plain model in the sampling dtype outside autocast; the refresh is a device copy
+    of every weight once per step (milliseconds there)."""
     if not hasattr(policy, "get_base_model"):
-        return False
+        return next(policy.parameters()).device.type == "cuda"
     refusal = copy_refusal(policy)
     if refusal and refusal not in _REFUSALS_LOGGED:
         _REFUSALS_LOGGED.add(refusal)
