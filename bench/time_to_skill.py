@@ -186,20 +186,26 @@ def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) ->
 
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     shown = set()  # stages both runs share (before, the warm-up) are labelled once
+    ends = {key: points[-1][2] for key, points in curves.items()}
     for (key, points), marker in zip(curves.items(), ("o", "s"), strict=False):
         line = ax.plot([p[0] for p in points], [100 * p[2] for p in points], marker=marker, label=LABELS[key])
-        for minutes, name, accuracy, _ in points:
-            if " step " not in name and name not in shown:
-                shown.add(name)
-                ax.annotate(
-                    f"{name} {100 * accuracy:.1f}%",
-                    (minutes, 100 * accuracy),
-                    fontsize=8,
-                    color=line[0].get_color(),
-                    xytext=(-10, 8 if key == "grpo" else -14),
-                    textcoords="offset points",
-                    ha="right",
-                )
+        for i, (minutes, name, accuracy, _) in enumerate(points):
+            if " step " in name or name in shown:
+                continue
+            shown.add(name)
+            last = i == len(points) - 1  # the end, right of its point: above the other curve's end if higher
+            higher = ends[key] >= max(ends.values())
+            ax.annotate(
+                f"{name} {100 * accuracy:.1f}%",
+                (minutes, 100 * accuracy),
+                fontsize=8,
+                color=line[0].get_color(),
+                xytext=(6, 3 if higher else -10) if last else (-10, 8 if key == "grpo" else -14),
+                textcoords="offset points",
+                ha="left" if last else "right",
+            )
+    right = max(p[0] for points in curves.values() for p in points)
+    ax.set_xlim(right=right * 1.22 + 0.5)  # room for the end labels
     if warmup_at is not None:
         ax.axvline(warmup_at, color="lightgrey", linewidth=1)
     for bar in BARS:
