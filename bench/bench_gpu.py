@@ -303,17 +303,23 @@ def main_decode(args: argparse.Namespace, device: str, record: dict[str, Any], s
             if device == "cuda":
                 torch.cuda.empty_cache()
         path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"\n{record['device']}; {args.prompts} prompts x {args.group} rows, {args.prompt_tokens}-token prompts, "
-          f"{args.tokens} tokens forced, T=1, bf16 weights")
+    print(
+        f"\n{record['device']}; {args.prompts} prompts x {args.group} rows, {args.prompt_tokens}-token prompts, "
+        f"{args.tokens} tokens forced, T=1, bf16 weights"
+    )
     print(f"{'model / rollout':<58} {'s':>6} {'tok/s':>8} {'ms/step':>8} {'capture s':>9} {'peak GB':>7}")
     for model_name, r in record["results"].items():
         for way, why in r.get("failed", {}).items():
             print(f"{model_name + ' / ' + way:<58} failed: {why}")
         for way, w in r["ways"].items():
-            print(f"{model_name + ' / ' + way:<58} {w['seconds']:>6.2f} {w['tok_s']:>8.0f} {w['ms_per_step']:>8.2f} "
-                  f"{w['capture_s']:>9.3f} {w['peak_gpu_gb']:>7.1f}")
-        print(f"{model_name}: greedy graph == eager: {r['greedy_graph_equals_eager']}; "
-              f"greedy tokens equal to transformers' forward: {100 * r['greedy_tokens_equal_to_forward']:.1f}%")
+            print(
+                f"{model_name + ' / ' + way:<58} {w['seconds']:>6.2f} {w['tok_s']:>8.0f} {w['ms_per_step']:>8.2f} "
+                f"{w['capture_s']:>9.3f} {w['peak_gpu_gb']:>7.1f}"
+            )
+        print(
+            f"{model_name}: greedy graph == eager: {r['greedy_graph_equals_eager']}; "
+            f"greedy tokens equal to transformers' forward: {100 * r['greedy_tokens_equal_to_forward']:.1f}%"
+        )
     for key, why in record["not_run"].items():
         print(f"{key}: not run ({why})")
     path.write_text(json.dumps(record, indent=2) + "\n")

@@ -90,6 +90,16 @@ def test_resume_refuses_a_changed_recipe_or_a_run_without_checkpoints(tiny_model
     changed = build_recipe({**tiny_recipe(tiny_model_dir, tmp_path), "grpo": {**first.grpo, "learning_rate": 0.5}})
     with pytest.raises(RecipeError, match="the recipe's grpo section changed"):
         train.main(changed, resume=run_dir)
+    # How a step is computed may change (what an out-of-memory error advises), what it computes may not.
+    memory_only = {
+        **tiny_recipe(tiny_model_dir, tmp_path),
+        "grpo": {**first.grpo, "gradient_checkpointing": True},
+        "train_pass": {"micro_batch_rows": 2, "shared_prefix": False},
+    }
+    assert train.prepare_resume(build_recipe(memory_only), run_dir, truncate=False)[0] == run_dir
+    memory_only["train_pass"]["sampler_logprobs"] = True  # the loss's ratio: what is computed
+    with pytest.raises(RecipeError, match="the recipe's train_pass section changed"):
+        train.prepare_resume(build_recipe(memory_only), run_dir, truncate=False)
     with pytest.raises(RecipeError, match="no recipe.yaml"):
         train.main(first, resume=tmp_path)
 

@@ -298,3 +298,27 @@ def test_sampler_log_probabilities_are_refused_where_trl_keeps_its_own(tiny_mode
 
 def _by_length(prompts, completions, **kwargs):
     return [float(len(c) % 3) for c in completions]
+
+
+def test_running_out_of_memory_names_the_recipe_settings_that_help(tiny_model_dir, tmp_path, monkeypatch):
+    """A GRPO step that runs out of GPU memory fails with the allocator's message and the settings that
+    lower the peak (micro-batches of half the current rows; checkpointing; fewer rows); the first two are
+    keys a resumed run accepts changed (tests/test_resume.py)."""
+    from trl import GRPOTrainer
+
+    def out_of_memory(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(GRPOTrainer, "training_step", out_of_memory)
+    trainer = _trainer(tiny_model_dir, tmp_path, loss_type="dapo")
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        trainer.train()
+    message = str(caught.value)
+    assert message.startswith("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert "8 completion rows a step" in message and "all at once" in message
+    assert "`train_pass.micro_batch_rows: 4`" in message and "groups of 4 kept whole" in message
+    assert "`grpo.gradient_checkpointing: true`" in message and "--resume" in message
+    halved = _trainer(tiny_model_dir, tmp_path, loss_type="dapo", trainer_kwargs={"micro_batch_rows": 4})
+    with pytest.raises(torch.OutOfMemoryError, match="micro-batches of 4 rows") as caught:
+        halved.train()
+    assert "`train_pass.micro_batch_rows: 2`" in str(caught.value)

@@ -267,6 +267,10 @@ def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tupl
     # Through build_recipe, so sections a newer grpokit added (at their defaults) do not count as changes.
     saved = build_recipe(yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}).to_dict()
     current = recipe.to_dict()
+    loosened = _how_not_what(saved, current)
+    if loosened:
+        log.info("resuming with %s changed: how a step is computed, not what it computes", ", ".join(loosened))
+    saved, current = _without_how(saved), _without_how(current)
     changed = sorted(k for k in set(saved) | set(current) if k != "output" and saved.get(k) != current.get(k))
     if changed:
         raise RecipeError(
@@ -294,6 +298,32 @@ def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tupl
             "dropped %d metric rows of stage %s logged after its checkpoint: those steps run again", dropped, stage
         )
     return run_dir, records, checkpoint
+
+
+# Settings that change how a step is computed and how much memory it takes, not what it computes (the same
+# loss and gradient, tested): a run that ran out of memory resumes with them changed.
+HOW_NOT_WHAT = {
+    "train_pass": ("micro_batch_rows", "shared_prefix", "return_freed_memory"),
+    "grpo": ("gradient_checkpointing",),
+}
+
+
+def _without_how(recipe: dict) -> dict:
+    out = dict(recipe)
+    for section, keys in HOW_NOT_WHAT.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k not in keys}
+    return out
+
+
+def _how_not_what(saved: dict, current: dict) -> list[str]:
+    """The `HOW_NOT_WHAT` settings that differ between the saved recipe and this one, as `section.key`."""
+    return [
+        f"{section}.{key}"
+        for section, keys in HOW_NOT_WHAT.items()
+        for key in keys
+        if (saved.get(section) or {}).get(key) != (current.get(section) or {}).get(key)
+    ]
 
 
 def resume_point(plan: list[StageSection], records: list[dict], checkpoint: Path | None) -> str:

@@ -178,9 +178,40 @@ class GrpoTrainer(GRPOTrainer):
         return super().compute_loss(model, trim_completions(_select_rows(inputs, parts[-1]))) + done
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        loss = super().training_step(*args, **kwargs)
+        try:
+            loss = super().training_step(*args, **kwargs)
+        except torch.OutOfMemoryError as err:  # what to change in the recipe, not only the allocator's numbers
+            raise torch.OutOfMemoryError(f"{err}\n\n{self._out_of_memory_advice()}") from err
         memory.trim()  # the training pass's freed activations leave before the next rollout
         return loss
+
+    def _out_of_memory_advice(self) -> str:
+        """The recipe settings that lower a GRPO step's peak memory, from the one that costs least time."""
+        rows, group = self.args.per_device_train_batch_size, self.num_generations
+        now = self.micro_batch_rows
+        how = f"in micro-batches of {now} rows" if now else "on all at once"
+        advice = [f"grpokit: a GRPO step ran out of GPU memory ({rows} completion rows a step on this process, "]
+        advice[0] += f"the training pass {how})."
+        smaller = (now or rows) // 2
+        if smaller and self._micro_batches_allowed():
+            advice.append(
+                f"- `train_pass.micro_batch_rows: {smaller}`: the loss and its backward on that many rows at a time "
+                f"(groups of {group} kept whole where they fit): the same gradient, one micro-batch's activations "
+                "at a time."
+            )
+        advice.append(
+            "- `grpo.gradient_checkpointing: true`: activations recomputed in the backward (TRL's pass, without "
+            "grpokit's shared prefix; on an H200 1.2x the time of the pass without it, bench/RESULTS.md v0.20)."
+        )
+        advice.append(
+            "- fewer rows or tokens: `grpo.per_device_train_batch_size` with `grpo.gradient_accumulation_steps`, "
+            "or a shorter `grpo.max_completion_length`."
+        )
+        advice.append(
+            "Checkpoints already saved are kept: with either of the first two changed, `grpokit train RECIPE --resume` "
+            "continues this run (they change how a step is computed, not what); the last starts a new one."
+        )
+        return "\n".join(advice)
 
     def _get_per_token_logps_and_entropies(
         self,
