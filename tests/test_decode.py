@@ -175,3 +175,37 @@ def test_the_static_decoder_makes_its_buffers_on_the_model_device():
         finally:
             torch.set_default_device("cpu")
     assert drawn == expected and any(len(r) < 12 for r in drawn)  # rows left the batch on the way
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the decoding step replayed from a graph")
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_the_cuda_graph_replays_the_eager_steps_logits(kind):
+    """On a GPU each replayed step gives the eager static decoder's logits (the same kernels, so the same
+    bits) and transformers' forward's within fp32 rounding, rows leaving included."""
+    model = tiny(kind).cuda()
+    torch.manual_seed(1)
+    feed = torch.randint(0, 97, (20, len(PROMPTS)), device="cuda")
+    runs = {}
+    for way in ("graph", "eager", "transformers"):
+        distinct, counts = rollout.group_runs(PROMPTS)
+        cache, _, mask = rollout._prefill(model, distinct, 0, torch.device("cuda"), rollout._cache_argument(model))
+        expand = torch.repeat_interleave(torch.arange(len(distinct)), torch.tensor(counts)).cuda()
+        cache.reorder_cache(expand)
+        mask = mask[expand]
+        with pytest.MonkeyPatch.context() as patch:
+            if way == "transformers":
+                patch.setattr(decode, "refusal", lambda model: "off")
+            patch.setattr(decode, "Decoder", functools.partial(decode.Decoder, graphs=way == "graph"))
+            steps = rollout._Steps(model, cache, mask, 20, rollout._cache_argument(model))
+        rows, out = torch.arange(len(PROMPTS), device="cuda"), []
+        for i in range(20):
+            if i == 4:
+                rows = torch.tensor([0, 2, 3, 5], device="cuda")
+                steps.keep(torch.tensor([0, 2, 3, 5], device="cuda"))
+            out.append(steps.step(feed[i, rows]).clone())
+        if way == "graph":
+            assert steps.decoder.graph is not None and steps.decoder.graphs
+        runs[way] = out
+    for graph, eager, slow in zip(runs["graph"], runs["eager"], runs["transformers"], strict=True):
+        assert torch.equal(graph, eager)
+        torch.testing.assert_close(graph, slow, rtol=1e-4, atol=1e-4)
