@@ -152,6 +152,9 @@ def test_models_the_decoder_cannot_run_exactly_keep_transformers_forward(tiny_mo
     adapted = get_peft_model(tiny("llama"), LoraConfig(r=2, target_modules=["q_proj"])).get_base_model()
     adapted.requires_grad_(False)
     assert "Linear" in decode.refusal(adapted)
+    split = tiny("llama")
+    split.model.layers[2].to("meta")  # a device_map's model: layers on another device than the embeddings
+    assert "several devices" in decode.refusal(split)
     with pytest.raises(ValueError, match="CUDA graphs"):  # a graph replays only on a GPU
         decode.Decoder(model, graphs=True)
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50)).eval().requires_grad_(False)

@@ -51,6 +51,8 @@ def refusal(model: Any) -> str | None:
         return "the model trains (training mode, or parameters that require gradients)"
     if model.device.type not in ("cpu", "cuda"):
         return f"it runs on {model.device.type}, not a CPU or a CUDA GPU"
+    if len({p.device for p in model.parameters()}) > 1:
+        return "its weights are spread over several devices (a device_map): one step's buffers live on one"
     if torch.is_autocast_enabled(model.device.type):
         return "autocast is on: the decoder computes in the weights' own dtype"
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "pretraining_tp", 1) != 1:
