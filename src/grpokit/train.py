@@ -300,8 +300,9 @@ def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tupl
     return run_dir, records, checkpoint
 
 
-# Settings that change how a step is computed and how much memory it takes, not what it computes (the same
-# loss and gradient, tested): a run that ran out of memory resumes with them changed.
+# Settings that change how a step is computed and how much memory it takes, not what it computes: the same loss
+# and gradient (micro-batches and the shared prefix are tested against TRL's pass; checkpointing recomputes the
+# same forward). A run that ran out of memory resumes with them changed.
 HOW_NOT_WHAT = {
     "train_pass": ("micro_batch_rows", "shared_prefix", "return_freed_memory"),
     "grpo": ("gradient_checkpointing",),
