@@ -193,7 +193,7 @@ def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[s
 
     import torch
 
-    from grpokit import decode
+    from grpokit import decode, precision
     from grpokit.rollout import SamplingSettings, sample
 
     kind, shape = TINY if args.tiny else SHAPES[model_name]
@@ -206,9 +206,7 @@ def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[s
     captures: list[float] = []
 
     def clock() -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter()
+        return precision.clock(device)
 
     real_decoder = decode.Decoder
     real_capture = real_decoder._capture

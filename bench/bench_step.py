@@ -43,7 +43,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,10 +244,10 @@ def time_steps(trainer: Any, steps: int, grpokit: bool) -> dict[str, float]:
     import torch
     from transformers import TrainerCallback
 
+    from grpokit.precision import clock as clock_on
+
     def clock() -> float:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return time.perf_counter()
+        return clock_on("cuda" if torch.cuda.is_available() else "cpu")
 
     trainer.args.max_steps = steps
 

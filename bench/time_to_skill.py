@@ -189,12 +189,12 @@ def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) ->
     ends = {key: points[-1][2] for key, points in curves.items()}
     for (key, points), marker in zip(curves.items(), ("o", "s"), strict=False):
         line = ax.plot([p[0] for p in points], [100 * p[2] for p in points], marker=marker, label=LABELS[key])
+        higher = ends[key] >= max(ends.values())  # its end label goes above the other curve's end
         for i, (minutes, name, accuracy, _) in enumerate(points):
             if " step " in name or name in shown:
                 continue
             shown.add(name)
-            last = i == len(points) - 1  # the end, right of its point: above the other curve's end if higher
-            higher = ends[key] >= max(ends.values())
+            last = i == len(points) - 1  # the end, labelled right of its point
             ax.annotate(
                 f"{name} {100 * accuracy:.1f}%",
                 (minutes, 100 * accuracy),

@@ -231,11 +231,11 @@ class Decoder:
         return graph
 
     def _forward(self, tokens: torch.Tensor, positions: torch.Tensor, slot: int | torch.Tensor) -> torch.Tensor:
-        """One decoding step writing cache slot `slot`: an int (the growing cache), or a one-element device
-        tensor (the static cache: indexed writes, no host value, so a graph can replay it)."""
+        """One decoding step writing cache slot `slot`: an int (the growing cache), or the static cache's
+        one-element device tensor (indexed writes, no host value, so a graph can replay it)."""
         linear = torch.nn.functional.linear
         rows = tokens.size(0)
-        static = isinstance(slot, torch.Tensor)
+        static = self.static
         h, hkv, d = self.heads, self.kv_heads, self.dim
         group, half = h // hkv, d // 2
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [B, 1, D]

@@ -15,6 +15,16 @@ import time
 BF16_MIN_SPEEDUP = 1.3
 
 
+def clock(device: str = "cpu") -> float:
+    """`time.perf_counter()`, read on a GPU after the kernels queued on `device` finish, so that a span
+    between two readings holds its own work."""
+    if device != "cpu":
+        import torch
+
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 def matmul_gflops(
     rows: int = 256, dtype: str = "float32", repeats: int = 20, inner: int = 576, cols: int = 1536, device: str = "cpu"
 ) -> float:
@@ -22,19 +32,14 @@ def matmul_gflops(
     default shape is SmolLM2's MLP. On a GPU the clock is read after the queued products finish."""
     import torch
 
-    def clock() -> float:
-        if device != "cpu":
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
     a = torch.randn(rows, inner, dtype=getattr(torch, dtype), device=device)
     b = torch.randn(inner, cols, dtype=getattr(torch, dtype), device=device)
     for _ in range(3):
         a @ b
-    start = clock()
+    start = clock(device)
     for _ in range(repeats):
         a @ b
-    return 2 * rows * inner * cols * repeats / max(clock() - start, 1e-9) / 1e9
+    return 2 * rows * inner * cols * repeats / max(clock(device) - start, 1e-9) / 1e9
 
 
 def cpu_name() -> str:

@@ -190,8 +190,10 @@ class GrpoTrainer(GRPOTrainer):
         rows, group = self.args.per_device_train_batch_size, self.num_generations
         now = self.micro_batch_rows
         how = f"in micro-batches of {now} rows" if now else "on all at once"
-        advice = [f"grpokit: a GRPO step ran out of GPU memory ({rows} completion rows a step on this process, "]
-        advice[0] += f"the training pass {how})."
+        advice = [
+            f"grpokit: a GRPO step ran out of GPU memory ({rows} completion rows a step on this process, "
+            f"the training pass {how})."
+        ]
         smaller = (now or rows) // 2
         if smaller and self._micro_batches_allowed():
             advice.append(
