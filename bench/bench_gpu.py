@@ -182,6 +182,8 @@ def run_contender(name: str, model_name: str, args: argparse.Namespace, device: 
     result: dict[str, Any] = time_steps(trainer, args.steps, grpokit=cls is GrpoTrainer)
     if cls is GrpoTrainer:
         result["shared_prefix"] = bool(trainer.shared_prefix)
+        # after a pass that ran out of memory, the micro-batches it settled on (None: the whole batch)
+        result["micro_batch_rows"] = trainer.micro_batch_rows
     result["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else float("nan")
     return result
 
@@ -335,6 +337,9 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=256, help="completion tokens (forced)")
     parser.add_argument("--micro-batch-rows", type=int, help="grpokit: train_pass.micro_batch_rows")
+    parser.add_argument(
+        "--max-gpu-gb", type=float, help="cap this process's GPU memory (torch's per-process fraction): a real OOM"
+    )
     parser.add_argument("--budget", type=float, default=480, help="seconds; contenders not started after it")
     parser.add_argument("--out", default="bench/out-gpu")
     parser.add_argument("--tiny", action="store_true", help="a dry run on a CPU: tiny shapes, fp32")
@@ -347,6 +352,9 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu (dry run)"
+    if args.max_gpu_gb and device == "cuda":  # the allocator raises OutOfMemoryError past this many GB
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(args.max_gpu_gb * 1e9 / total)
     peak = bf16_matmul_tflops(device)
     print(f"[bench-gpu] {gpu}; bf16 matmul 8192^3: {peak:.0f} TFLOP/s; torch {torch.__version__}", flush=True)
     rows = args.prompts * args.group
@@ -362,12 +370,15 @@ def main() -> int:
             "steps": args.steps,
             "full_finetune": True,
         },
+        "max_gpu_gb": args.max_gpu_gb,
         "results": {},
         "not_run": {},
     }
     if args.decode:
         return main_decode(args, device, record, start)
-    path = out / ("results_gpu.json" if not args.micro_batch_rows else f"results_gpu_micro{args.micro_batch_rows}.json")
+    suffix = f"_micro{args.micro_batch_rows}" if args.micro_batch_rows else ""
+    suffix += f"_cap{args.max_gpu_gb:g}gb" if args.max_gpu_gb else ""
+    path = out / f"results_gpu{suffix}.json"
     for model_name in args.models.split(","):
         shape = (TINY if args.tiny else SHAPES[model_name])[1]
         flops = model_flops(shape, rows, args.group, args.prompt_tokens, args.tokens)
@@ -395,7 +406,8 @@ def main() -> int:
             r["train_tflop_s"] = flops["unshared"] / r["train_pass_s"] / 1e12
             r["mfu"] = r["train_tflop_s"] / peak
             record["results"][key] = r
-            print(f"[bench-gpu] {key}: {json.dumps({k: round(v, 3) for k, v in r.items()})}", flush=True)
+            shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
+            print(f"[bench-gpu] {key}: {json.dumps(shown)}", flush=True)
             path.write_text(json.dumps(record, indent=2) + "\n")
     print(
         f"\n{gpu}; bf16 matmul {peak:.0f} TFLOP/s; {args.prompts} prompts x {args.group} completions, "
@@ -412,7 +424,7 @@ def main() -> int:
 def format_table(results: dict[str, dict[str, Any]]) -> str:
     head = (
         f"{'model / contender':<28} {'step s':>7} {'gen s':>6} {'train s':>7} {'tok/s':>7} "
-        f"{'train TFLOP/s':>13} {'MFU':>5} {'peak GB':>7} {'vs defaults':>11} {'vs tuned':>8}"
+        f"{'train TFLOP/s':>13} {'MFU':>5} {'peak GB':>7} {'micro':>5} {'vs defaults':>11} {'vs tuned':>8}"
     )
     lines = [head]
     for key, r in results.items():
@@ -421,6 +433,7 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"{key:<28} {r['step_s']:>7.2f} {r['generate_s']:>6.2f} {r['train_pass_s']:>7.2f} "
             f"{r['rollout_tok_s']:>7.0f} {r['train_tflop_s']:>13.1f} {100 * r['mfu']:>4.0f}% {r['peak_gpu_gb']:>7.1f} "
+            f"{r.get('micro_batch_rows') or '-':>5} "
             f"{r['step_s'] / vs['trl-defaults']:>10.2f}x {r['step_s'] / vs['trl-tuned']:>7.2f}x"
         )
     return "\n".join(lines)

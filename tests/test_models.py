@@ -41,6 +41,22 @@ def test_load_model_is_ready_for_generation(tiny_model_dir):
     assert not getattr(model, "is_quantized", False)
 
 
+@pytest.mark.parametrize(("setting", "expected"), [(None, False), ("0", False), ("1", True), ("YES", True)])
+def test_hub_kernels_only_when_the_user_asks(tiny_model_dir, monkeypatch, setting, expected):
+    """transformers 5.25 swaps layers for kernels downloaded from the hub unless told otherwise, and fails
+    without a network on a GPU: grpokit loads without them unless USE_HUB_KERNELS is set true."""
+    from transformers import PreTrainedModel
+
+    asked = []
+    monkeypatch.setattr(PreTrainedModel, "set_use_kernels", lambda self, use, *a, **k: asked.append(use))
+    if setting is None:
+        monkeypatch.delenv("USE_HUB_KERNELS", raising=False)
+    else:
+        monkeypatch.setenv("USE_HUB_KERNELS", setting)
+    models.load_model(str(tiny_model_dir))
+    assert asked == [expected]
+
+
 def test_model_without_chat_template_is_refused(tiny_model_dir, tmp_path):
     import shutil
 
@@ -110,7 +126,7 @@ def test_a_lora_base_held_in_bf16_gives_autocast_the_same_logits_and_gradients(t
 
     from grpokit.models import hold_frozen_linears, load_model
 
-    model, _ = load_model(str(tiny_model_dir))
+    model, _ = load_model(str(tiny_model_dir), dtype="float32")  # what "auto" gives on a CPU (bf16 on a GPU)
     policy = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
     torch.manual_seed(0)
     with torch.no_grad():  # LoRA's B starts at zero: move the adapters so they take part in the result

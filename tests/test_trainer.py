@@ -322,3 +322,78 @@ def test_running_out_of_memory_names_the_recipe_settings_that_help(tiny_model_di
     with pytest.raises(torch.OutOfMemoryError, match="micro-batches of 4 rows") as caught:
         halved.train()
     assert "`train_pass.micro_batch_rows: 2`" in str(caught.value)
+
+
+def _characters(prompts, completions, **kwargs):  # differs within nearly every group: every row trained
+    return [float(len(c)) for c in completions]
+
+
+def _weights(trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def test_a_pass_out_of_memory_runs_again_in_smaller_micro_batches(tiny_model_dir, tmp_path, monkeypatch, caplog):
+    """A pass that runs out of GPU memory (here: any loss over more than 2 rows at once, after its backward has
+    added part of a gradient) runs again on the same rows, halving its micro-batches until it fits (8 -> 4 ->
+    2 rows), and keeps that size: the rollouts are drawn once a step and the update is that of a run that
+    never ran out (plain SGD, so the update is the gradient)."""
+    import logging
+
+    from trl import GRPOTrainer
+
+    from grpokit.models import load_model
+    from grpokit.trainer import GrpoTrainer
+
+    def settings() -> dict:  # fp32 weights on a GPU too ("auto" is bf16 there), so sums differ only in rounding
+        model = load_model(str(tiny_model_dir), dtype="float32")[0]
+        return {"model": model, "reward_funcs": [_characters], "loss_type": "dapo", "max_steps": 2, "optim": "sgd"}
+
+    whole = _trainer(tiny_model_dir, tmp_path / "whole", **settings())
+    initial = _weights(whole)
+    whole.train()
+    expected = {n: w - initial[n] for n, w in _weights(whole).items()}
+
+    compute_loss, generate, rollouts = GRPOTrainer.compute_loss, GrpoTrainer._generate_and_score_completions, []
+
+    def limited(self, model, inputs, *args, **kwargs):
+        loss = compute_loss(self, model, inputs, *args, **kwargs)
+        if inputs["completion_ids"].size(0) > 2:
+            loss.backward()  # part of a gradient in the parameters, as a backward that ran out halfway leaves
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return loss
+
+    def counted(self, inputs):
+        rollouts.append(len(inputs))
+        return generate(self, inputs)
+
+    monkeypatch.setattr(GRPOTrainer, "compute_loss", limited)
+    monkeypatch.setattr(GrpoTrainer, "_generate_and_score_completions", counted)
+    retried = _trainer(tiny_model_dir, tmp_path / "retried", **settings())
+    with caplog.at_level(logging.WARNING, logger="grpokit.trainer"):
+        retried.train()
+    assert len(rollouts) == 2  # one rollout a step: the retries trained the same rows
+    assert retried.micro_batch_rows == 2
+    halvings = [r.getMessage() for r in caplog.records if "out of GPU memory" in r.getMessage()]
+    assert len(halvings) == 2 and "micro-batches of 4 rows" in halvings[0] and "of 2 rows" in halvings[1]
+    assert any(d.abs().sum() > 0 for d in expected.values()), "the run trained at all"
+    for name, weight in _weights(retried).items():
+        torch.testing.assert_close(weight - initial[name], expected[name], rtol=1e-4, atol=1e-8)
+
+
+def test_out_of_memory_is_not_retried_once_a_gradient_accumulates(tiny_model_dir, tmp_path, monkeypatch):
+    """With gradient accumulation, a pass that runs out of memory after an earlier accumulation step has
+    added its gradient cannot start again: it fails with the recipe settings that help."""
+    from trl import GRPOTrainer
+
+    compute_loss = GRPOTrainer.compute_loss
+
+    def limited(self, model, inputs, *args, **kwargs):
+        if self._step % 2 == 1:  # the second accumulation step of each optimizer step
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "compute_loss", limited)
+    trainer = _trainer(tiny_model_dir, tmp_path, loss_type="dapo", gradient_accumulation_steps=2)
+    with pytest.raises(torch.OutOfMemoryError, match="`train_pass.micro_batch_rows: 4`"):
+        trainer.train()
+    assert trainer.micro_batch_rows is None

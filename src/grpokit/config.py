@@ -359,7 +359,9 @@ class TrainPassSection:
     (gradient checkpointing, several processes, multimodal, scaled logits) fall back to TRL's pass.
     `micro_batch_rows`: the loss and its backward run on at most this many completion rows at a time
     (whole groups kept together), so activations of one micro-batch exist at once; the gradient is the
-    whole batch's (token-normalised losses: dapo, cispo). Empty: the whole batch at once.
+    whole batch's (token-normalised losses: dapo, cispo). Empty: the whole batch at once. Either way, a
+    pass that runs out of GPU memory runs again on the same rows in micro-batches of half as many rows,
+    halving until it fits, and keeps that size for the run (logged; the same gradient).
     `return_freed_memory`: fix glibc's allocation thresholds (grpokit.memory) so freed activations leave
     the process; lower peak memory for a slower pass (measured: 2.66 vs 3.47 GB, 32.5 vs 24.4 s, one core).
     `sampler_logprobs`: the loss's ratio is taken against the log-probabilities the sampler drew each token

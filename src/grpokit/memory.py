@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 
 log = logging.getLogger(__name__)
@@ -55,3 +56,14 @@ def trim() -> bool:
         return False
     malloc_trim(0)
     return True
+
+
+def release_device_cache() -> None:
+    """Collect garbage (tensors held by reference cycles, such as a caught exception's frames) and give the
+    CUDA caching allocator's unused blocks back to the device: after a pass ran out of GPU memory, a retry
+    with smaller micro-batches starts from the memory the model, optimizer and rows really hold."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -91,7 +91,9 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, use_kernels=False
+    )
     # Rebuild without the GGUF quantization marker, which makes Trainer refuse the model.
     config_dict = quantized.config.to_dict()
     config_dict.pop("quantization_config", None)
@@ -102,6 +104,15 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     plain.generation_config = quantized.generation_config
     plain.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def hub_kernels() -> bool:
+    """Whether transformers may swap layers for kernels from the Hugging Face hub (the `kernels` package):
+    only when the user sets `USE_HUB_KERNELS` true. transformers 5.25 turns them on by default (on a
+    GPU it fetches e.g. `kernels-community/rotary` while loading the model), which fails without a
+    network (measured on an H200 with the hub out of reach: "could not verify publisher trust status",
+    and in offline mode "not available in the local cache") and runs code downloaded at load time."""
+    return os.environ.get("USE_HUB_KERNELS", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def resolve_model_path(name: str) -> str:
@@ -202,7 +213,7 @@ def load_model(
             dtype,
             dtype,
         )
-    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype, use_kernels=hub_kernels())
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -82,6 +82,9 @@ class GrpoTrainer(GRPOTrainer):
                 use_grouped_attention(base_model(model))
         self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
         self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
+        # The rows of the step being trained, and those to train again after the pass ran out of memory.
+        self._pass_inputs: dict[str, Any] | None = None
+        self._pass_retry: dict[str, Any] | None = None
         # Schedules (grpokit.schedules): dynamic sampling with at most this many extra batches' rollouts;
         # a curriculum with one prompt dataset per level and the reward that measures success; weights.
         self.dynamic_max_extra = dynamic_max_extra
@@ -177,13 +180,58 @@ class GrpoTrainer(GRPOTrainer):
             done = done + loss.detach()
         return super().compute_loss(model, trim_completions(_select_rows(inputs, parts[-1]))) + done
 
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        """TRL's (rollouts, rewards, advantages), kept so that a training pass that ran out of memory runs
+        again on the same rows; on that retry, those rows instead of new rollouts."""
+        if self._pass_retry is not None:
+            self._pass_inputs, self._pass_retry = self._pass_retry, None
+        else:
+            self._pass_inputs = super()._prepare_inputs(generation_batch)
+        return self._pass_inputs
+
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        try:
-            loss = super().training_step(*args, **kwargs)
-        except torch.OutOfMemoryError as err:  # what to change in the recipe, not only the allocator's numbers
-            raise torch.OutOfMemoryError(f"{err}\n\n{self._out_of_memory_advice()}") from err
+        """TRL's step. When its training pass runs out of GPU memory, the pass runs again on the same rows in
+        micro-batches of half as many rows (the same gradient; `compute_loss`), halving until it fits, and
+        keeps that size for the rest of the run. Out of memory anywhere else (rollouts, rewards), or where
+        micro-batches would not give the same gradient, the error names the recipe settings that help."""
+        model = args[0] if args else kwargs["model"]
+        while True:
+            self._pass_inputs = None
+            try:
+                loss = super().training_step(*args, **kwargs)
+                break
+            except torch.OutOfMemoryError as err:  # what to change in the recipe, not only the allocator's numbers
+                inputs, self._pass_inputs = self._pass_inputs, None
+                smaller = self._smaller_micro_batch(inputs)
+                if smaller is None:
+                    raise torch.OutOfMemoryError(f"{err}\n\n{self._out_of_memory_advice()}") from err
+                first_line = str(err).splitlines()[0] if str(err) else "out of memory"
+            # Outside the handler: the traceback's frames, which hold the failed pass's activations, are gone.
+            model.zero_grad(set_to_none=True)  # the failed attempt's partial gradient (no accumulation in progress)
+            memory.release_device_cache()
+            log.warning(
+                "training pass out of GPU memory on %d rows at a time (%s): running it again in micro-batches of "
+                "%d rows, and from now on (the same gradient; `train_pass.micro_batch_rows: %d` starts there)",
+                self.micro_batch_rows or inputs["completion_ids"].size(0),
+                first_line,
+                smaller,
+                smaller,
+            )
+            self.micro_batch_rows, self._pass_retry = smaller, inputs
         memory.trim()  # the training pass's freed activations leave before the next rollout
         return loss
+
+    def _smaller_micro_batch(self, inputs: dict[str, Any] | None) -> int | None:
+        """Half the training pass's rows at a time, or None where a smaller micro-batch cannot help: the rows
+        were never prepared (out of memory in the rollout or the rewards), gradients of earlier accumulation
+        steps are in the parameters (a retry could not take back its own), one row at a time already, or the
+        loss is not a sum over rows."""
+        if inputs is None or self._step % self.current_gradient_accumulation_steps:
+            return None
+        now = self.micro_batch_rows or inputs["completion_ids"].size(0)
+        if now <= 1 or not self._micro_batches_allowed():
+            return None
+        return now // 2
 
     def _out_of_memory_advice(self) -> str:
         """The recipe settings that lower a GRPO step's peak memory, from the one that costs least time."""
