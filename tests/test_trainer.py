@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpokit.config import build_grpo_config, build_recipe
+from grpokit.config import RecipeError, build_grpo_config, build_recipe
 from grpokit.trainer import _select_rows, keep_mask, skipping_is_exact
 from tests import skip_run
 from tests.conftest import tiny_recipe
@@ -397,3 +397,51 @@ def test_out_of_memory_is_not_retried_once_a_gradient_accumulates(tiny_model_dir
     with pytest.raises(torch.OutOfMemoryError, match="`train_pass.micro_batch_rows: 4`"):
         trainer.train()
     assert trainer.micro_batch_rows is None
+
+
+def test_the_temperature_schedule_reaches_sampler_and_loss_alike(tiny_model_dir, tmp_path, monkeypatch):
+    """rollout.final_temperature: grpo.temperature (1.0) at step 0, linear to 0.5 at step 2, then 0.5; each
+    step's rollout is drawn at its temperature and the loss scores the policy at the same one."""
+    from grpokit import prefix, trainer
+
+    drawn, scored = [], []
+    sample, logps = trainer.sample, prefix.logps_and_entropies
+
+    def sampled(model, rows, settings, **kwargs):
+        drawn.append(settings.temperature)
+        return sample(model, rows, settings, **kwargs)
+
+    def scored_at(*args, temperature, **kwargs):
+        scored.append(temperature)
+        return logps(*args, temperature=temperature, **kwargs)
+
+    monkeypatch.setattr(trainer, "sample", sampled)
+    monkeypatch.setattr(prefix, "logps_and_entropies", scored_at)
+    run = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        reward_funcs=[_characters],
+        max_steps=4,
+        trainer_kwargs={"temperature_schedule": (0.5, 2)},
+    )
+    run.train()
+    assert drawn == [1.0, 0.75, 0.5, 0.5]
+    assert sorted(set(scored), reverse=True) == [1.0, 0.75, 0.5]  # every pass at a temperature drawn with
+    assert [row["temperature"] for row in run.state.log_history if "temperature" in row] == [1.0, 0.75, 0.5, 0.5]
+
+
+def test_a_recipe_anneals_over_the_stage_unless_told_how_many_steps(tiny_model_dir, tmp_path):
+    from grpokit.grpo_stage import _temperature_schedule
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path)
+    assert _temperature_schedule(build_recipe(raw), 55) is None
+    raw["rollout"] = {"final_temperature": 0.6}
+    assert _temperature_schedule(build_recipe(raw), 55) == (0.6, 55)
+    raw["rollout"]["temperature_steps"] = 20
+    assert _temperature_schedule(build_recipe(raw), 55) == (0.6, 20)
+    raw["rollout"]["final_temperature"] = 0
+    with pytest.raises(RecipeError, match="rollout.final_temperature=0"):
+        build_recipe(raw)
+    raw["rollout"] = {"engine": "vllm"}  # vLLM is grpo.use_vllm; the rollout section was not checked before
+    with pytest.raises(RecipeError, match="rollout.engine='vllm'; use grpokit or trl"):
+        build_recipe(raw)

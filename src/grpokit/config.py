@@ -341,15 +341,31 @@ class RolloutSection:
     With `merged_copy`, a LoRA policy is sampled from a copy with the adapters merged in, in the training
     precision (bf16/fp16), refreshed after every optimizer step (not under ZeRO-3 or FSDP).
     engine "trl": TRL's own `model.generate` path.
+    `final_temperature` (any engine, vLLM included): the sampling temperature moves linearly from
+    grpo.temperature at a GRPO stage's first step to this one at step `temperature_steps` (default: the
+    stage's steps), then stays; the loss scores the policy at the same temperature, as TRL does. Logged
+    per step as `temperature`. Hot while the policy is still learning what to write (groups that differ),
+    colder once most groups succeed, so that the rollouts find the errors greedy decoding makes.
     """
 
     engine: str = "grpokit"
     stop_at_answer: bool = True
     merged_copy: bool = True
+    final_temperature: float | None = None
+    temperature_steps: int | None = None
 
     def validate(self) -> None:
         if self.engine not in ("grpokit", "trl"):
             raise RecipeError(f"rollout.engine={self.engine!r}; use grpokit or trl")
+        if self.final_temperature is not None and not self.final_temperature > 0:
+            raise RecipeError(
+                f"rollout.final_temperature={self.final_temperature}; sampling needs a temperature > 0 "
+                "(leave it out to keep grpo.temperature throughout)"
+            )
+        if self.temperature_steps is not None and self.temperature_steps < 1:
+            raise RecipeError(
+                f"rollout.temperature_steps={self.temperature_steps}; use >= 1 (steps to reach final_temperature)"
+            )
 
 
 @dataclass
@@ -614,7 +630,7 @@ def _list_index(node: list, part: str, parts: list[str]) -> int:
 
 def validate_recipe(recipe: Recipe) -> None:
     sections = (recipe.model, recipe.lora, recipe.eval, recipe.output, recipe.launch, recipe.train_pass, recipe.sandbox)
-    for section in sections:
+    for section in (*sections, recipe.rollout):
         section.validate()
     names = [stage.name for stage in recipe.stages]
     if len(set(names)) < len(names):

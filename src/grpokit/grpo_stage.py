@@ -72,6 +72,7 @@ def build_trainer(
         shared_prefix=recipe.train_pass.shared_prefix,
         micro_batch_rows=recipe.train_pass.micro_batch_rows,
         sampler_logprobs=recipe.train_pass.sampler_logprobs,
+        temperature_schedule=_temperature_schedule(recipe, args.max_steps),
         dynamic_max_extra=recipe.dynamic_sampling.max_extra if recipe.dynamic_sampling.enabled else None,
         dynamic_replay=recipe.dynamic_sampling.replay if recipe.dynamic_sampling.enabled else 0,
         dynamic_retry=recipe.dynamic_sampling.retry if recipe.dynamic_sampling.enabled else 0,
@@ -87,6 +88,12 @@ def build_trainer(
         periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: recipe.eval.every_n], recipe, run_dir, stage)
         trainer.add_callback(periodic.callback())
     return trainer
+
+
+def _temperature_schedule(recipe: Recipe, steps: int) -> tuple[float, int] | None:
+    """(final temperature, steps to reach it) from the rollout section, or None for a constant one."""
+    final = recipe.rollout.final_temperature
+    return None if final is None else (final, recipe.rollout.temperature_steps or max(1, steps))
 
 
 def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:

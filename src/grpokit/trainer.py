@@ -74,9 +74,14 @@ class GrpoTrainer(GRPOTrainer):
         shared_prefix: bool = True,
         micro_batch_rows: int | None = None,
         sampler_logprobs: bool = False,
+        temperature_schedule: tuple[float, int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        # (final temperature, steps to reach it): grpo.temperature at step 0, linear to the final one, then
+        # constant; None: grpo.temperature throughout.
+        self.temperature_schedule = temperature_schedule
+        self.start_temperature = self.temperature
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
@@ -438,6 +443,18 @@ class GrpoTrainer(GRPOTrainer):
             self._load_schedule_state(json.loads(saved.read_text(encoding="utf-8")))
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    def _schedule_temperature(self) -> None:
+        """This step's sampling temperature (rollout.final_temperature): it moves linearly from
+        grpo.temperature at step 0 to the final one at rollout.temperature_steps, then stays. The sampler
+        and the loss read the same value (TRL scales the policy's logits by it), set once per rollout, so a
+        batch trained again (num_iterations > 1) keeps the temperature it was drawn at. A function of the
+        step alone: a resumed run continues it."""
+        final, steps = self.temperature_schedule
+        done = min(1.0, self.state.global_step / steps)
+        self.temperature = self.start_temperature + (final - self.start_temperature) * done
+        self.generation_config.temperature = self.temperature
+        self._metrics["train"]["temperature"].append(self.temperature)
+
     def _schedule_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
         if self.curriculum is not None:
@@ -467,6 +484,8 @@ class GrpoTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         training = self.model.training
+        if training and self.temperature_schedule is not None:
+            self._schedule_temperature()
         if training and self.curriculum is not None and self.curriculum.level > 0:
             # The sampler's prompts come from level 0: each group gets one of the current level instead.
             seed = f"curriculum:{self.args.seed}:{self.state.global_step}"
