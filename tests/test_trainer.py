@@ -400,7 +400,7 @@ def test_out_of_memory_is_not_retried_once_a_gradient_accumulates(tiny_model_dir
 
 
 def test_the_temperature_schedule_reaches_sampler_and_loss_alike(tiny_model_dir, tmp_path, monkeypatch):
-    """rollout.final_temperature: grpo.temperature (1.0) at step 0, linear to 0.5 at step 2, then 0.5; each
+    """rollout.final_temperature: grpo.temperature (1.0) until step 1, linear to 0.5 at step 3, then 0.5; each
     step's rollout is drawn at its temperature and the loss scores the policy at the same one."""
     from grpokit import prefix, trainer
 
@@ -421,13 +421,13 @@ def test_the_temperature_schedule_reaches_sampler_and_loss_alike(tiny_model_dir,
         tiny_model_dir,
         tmp_path,
         reward_funcs=[_characters],
-        max_steps=4,
-        trainer_kwargs={"temperature_schedule": (0.5, 2)},
+        max_steps=5,
+        trainer_kwargs={"temperature_schedule": (0.5, 1, 3)},
     )
     run.train()
-    assert drawn == [1.0, 0.75, 0.5, 0.5]
+    assert drawn == [1.0, 1.0, 0.75, 0.5, 0.5]
     assert sorted(set(scored), reverse=True) == [1.0, 0.75, 0.5]  # every pass at a temperature drawn with
-    assert [row["temperature"] for row in run.state.log_history if "temperature" in row] == [1.0, 0.75, 0.5, 0.5]
+    assert [row["temperature"] for row in run.state.log_history if "temperature" in row] == [1.0, 1.0, 0.75, 0.5, 0.5]
 
 
 def test_a_recipe_anneals_over_the_stage_unless_told_how_many_steps(tiny_model_dir, tmp_path):
@@ -436,9 +436,12 @@ def test_a_recipe_anneals_over_the_stage_unless_told_how_many_steps(tiny_model_d
     raw = tiny_recipe(tiny_model_dir, tmp_path)
     assert _temperature_schedule(build_recipe(raw), 55) is None
     raw["rollout"] = {"final_temperature": 0.6}
-    assert _temperature_schedule(build_recipe(raw), 55) == (0.6, 55)
-    raw["rollout"]["temperature_steps"] = 20
-    assert _temperature_schedule(build_recipe(raw), 55) == (0.6, 20)
+    assert _temperature_schedule(build_recipe(raw), 55) == (0.6, 0, 55)
+    raw["rollout"].update(temperature_from_step=10, temperature_steps=20)
+    assert _temperature_schedule(build_recipe(raw), 55) == (0.6, 10, 20)
+    raw["rollout"]["temperature_from_step"] = 20
+    with pytest.raises(RecipeError, match="rollout.temperature_from_step=20"):
+        build_recipe(raw)
     raw["rollout"]["final_temperature"] = 0
     with pytest.raises(RecipeError, match="rollout.final_temperature=0"):
         build_recipe(raw)

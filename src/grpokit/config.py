@@ -341,17 +341,19 @@ class RolloutSection:
     With `merged_copy`, a LoRA policy is sampled from a copy with the adapters merged in, in the training
     precision (bf16/fp16), refreshed after every optimizer step (not under ZeRO-3 or FSDP).
     engine "trl": TRL's own `model.generate` path.
-    `final_temperature` (any engine, vLLM included): the sampling temperature moves linearly from
-    grpo.temperature at a GRPO stage's first step to this one at step `temperature_steps` (default: the
-    stage's steps), then stays; the loss scores the policy at the same temperature, as TRL does. Logged
-    per step as `temperature`. Hot while the policy is still learning what to write (groups that differ),
-    colder once most groups succeed, so that the rollouts find the errors greedy decoding makes.
+    `final_temperature` (any engine, vLLM included): the sampling temperature stays grpo.temperature until
+    step `temperature_from_step` of a GRPO stage (default 0), then moves linearly to this one at step
+    `temperature_steps` (default: the stage's steps) and stays; the loss scores the policy at the same
+    temperature, as TRL does. Logged per step as `temperature`. Hot while the policy is still learning
+    what to write (cold sampling of a failing policy makes its groups fail alike: the entropy-collapse
+    warning), colder once most groups succeed, so that the rollouts find the errors greedy decoding makes.
     """
 
     engine: str = "grpokit"
     stop_at_answer: bool = True
     merged_copy: bool = True
     final_temperature: float | None = None
+    temperature_from_step: int = 0
     temperature_steps: int | None = None
 
     def validate(self) -> None:
@@ -364,7 +366,12 @@ class RolloutSection:
             )
         if self.temperature_steps is not None and self.temperature_steps < 1:
             raise RecipeError(
-                f"rollout.temperature_steps={self.temperature_steps}; use >= 1 (steps to reach final_temperature)"
+                f"rollout.temperature_steps={self.temperature_steps}; use >= 1 (the step final_temperature is reached)"
+            )
+        if not 0 <= self.temperature_from_step < (self.temperature_steps or float("inf")):
+            raise RecipeError(
+                f"rollout.temperature_from_step={self.temperature_from_step}; use >= 0 and below "
+                f"rollout.temperature_steps ({self.temperature_steps}): the step the temperature starts to move"
             )
 
 

@@ -90,10 +90,13 @@ def build_trainer(
     return trainer
 
 
-def _temperature_schedule(recipe: Recipe, steps: int) -> tuple[float, int] | None:
-    """(final temperature, steps to reach it) from the rollout section, or None for a constant one."""
-    final = recipe.rollout.final_temperature
-    return None if final is None else (final, recipe.rollout.temperature_steps or max(1, steps))
+def _temperature_schedule(recipe: Recipe, steps: int) -> tuple[float, int, int] | None:
+    """(final temperature, the step it starts to move, the step it arrives) from the rollout section, or
+    None for a constant one."""
+    cfg = recipe.rollout
+    if cfg.final_temperature is None:
+        return None
+    return cfg.final_temperature, cfg.temperature_from_step, cfg.temperature_steps or max(1, steps)
 
 
 def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:

@@ -74,12 +74,12 @@ class GrpoTrainer(GRPOTrainer):
         shared_prefix: bool = True,
         micro_batch_rows: int | None = None,
         sampler_logprobs: bool = False,
-        temperature_schedule: tuple[float, int] | None = None,
+        temperature_schedule: tuple[float, int, int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        # (final temperature, steps to reach it): grpo.temperature at step 0, linear to the final one, then
-        # constant; None: grpo.temperature throughout.
+        # (final temperature, first step, last step): grpo.temperature up to the first step, linear to the final
+        # one at the last, then constant; None: grpo.temperature throughout.
         self.temperature_schedule = temperature_schedule
         self.start_temperature = self.temperature
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
@@ -444,13 +444,13 @@ class GrpoTrainer(GRPOTrainer):
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _schedule_temperature(self) -> None:
-        """This step's sampling temperature (rollout.final_temperature): it moves linearly from
-        grpo.temperature at step 0 to the final one at rollout.temperature_steps, then stays. The sampler
-        and the loss read the same value (TRL scales the policy's logits by it), set once per rollout, so a
-        batch trained again (num_iterations > 1) keeps the temperature it was drawn at. A function of the
-        step alone: a resumed run continues it."""
-        final, steps = self.temperature_schedule
-        done = min(1.0, self.state.global_step / steps)
+        """This step's sampling temperature (rollout.final_temperature): grpo.temperature until step
+        `first`, then linearly to the final one at step `last`, then the final one. The sampler and the loss
+        read the same value (TRL scales the policy's logits by it), set once per rollout, so a batch trained
+        again (num_iterations > 1) keeps the temperature it was drawn at. A function of the step alone: a
+        resumed run continues it."""
+        final, first, last = self.temperature_schedule
+        done = min(1.0, max(0.0, (self.state.global_step - first) / max(1, last - first)))
         self.temperature = self.start_temperature + (final - self.start_temperature) * done
         self.generation_config.temperature = self.temperature
         self._metrics["train"]["temperature"].append(self.temperature)
