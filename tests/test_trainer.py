@@ -357,6 +357,7 @@ def test_a_pass_out_of_memory_runs_again_in_smaller_micro_batches(tiny_model_dir
 
     def limited(self, model, inputs, *args, **kwargs):
         loss = compute_loss(self, model, inputs, *args, **kwargs)
+        self._metrics["train"]["pass_rows"].append(float(inputs["completion_ids"].size(0)))  # as TRL logs entropy
         if inputs["completion_ids"].size(0) > 2:
             loss.backward()  # part of a gradient in the parameters, as a backward that ran out halfway leaves
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
@@ -376,6 +377,8 @@ def test_a_pass_out_of_memory_runs_again_in_smaller_micro_batches(tiny_model_dir
     halvings = [r.getMessage() for r in caplog.records if "out of GPU memory" in r.getMessage()]
     assert len(halvings) == 2 and "micro-batches of 4 rows" in halvings[0] and "of 2 rows" in halvings[1]
     assert any(d.abs().sum() > 0 for d in expected.values()), "the run trained at all"
+    # What the passes logged: only the passes that finished (2 rows each), not the failed attempts (8, 4).
+    assert [row["pass_rows"] for row in retried.state.log_history if "pass_rows" in row] == [2.0, 2.0]
     for name, weight in _weights(retried).items():
         torch.testing.assert_close(weight - initial[name], expected[name], rtol=1e-4, atol=1e-8)
 

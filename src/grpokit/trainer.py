@@ -90,6 +90,7 @@ class GrpoTrainer(GRPOTrainer):
         # The rows of the step being trained, and those to train again after the pass ran out of memory.
         self._pass_inputs: dict[str, Any] | None = None
         self._pass_retry: dict[str, Any] | None = None
+        self._logged_before_pass: dict[str, int] = {}
         # Schedules (grpokit.schedules): dynamic sampling with at most this many extra batches' rollouts;
         # a curriculum with one prompt dataset per level and the reward that measures success; weights.
         self.dynamic_max_extra = dynamic_max_extra
@@ -192,6 +193,8 @@ class GrpoTrainer(GRPOTrainer):
             self._pass_inputs, self._pass_retry = self._pass_retry, None
         else:
             self._pass_inputs = super()._prepare_inputs(generation_batch)
+        # What the step logged so far (the rollout's figures): a failed pass's own figures are cut back to it.
+        self._logged_before_pass = {key: len(values) for key, values in self._metrics["train"].items()}
         return self._pass_inputs
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -211,6 +214,8 @@ class GrpoTrainer(GRPOTrainer):
                 if smaller is None:
                     raise torch.OutOfMemoryError(f"{err}\n\n{self._out_of_memory_advice()}") from err
                 first_line = str(err).splitlines()[0] if str(err) else "out of memory"
+                for key, values in self._metrics["train"].items():  # the failed pass's entropy, clip ratios, ...
+                    del values[self._logged_before_pass.get(key, 0) :]
             # Outside the handler: the traceback's frames, which hold the failed pass's activations, are gone.
             model.zero_grad(set_to_none=True)  # the failed attempt's partial gradient (no accumulation in progress)
             memory.release_device_cache()
@@ -223,6 +228,7 @@ class GrpoTrainer(GRPOTrainer):
                 smaller,
             )
             self.micro_batch_rows, self._pass_retry = smaller, inputs
+        self._pass_inputs = None  # TRL's buffer holds the rows as long as they are needed
         memory.trim()  # the training pass's freed activations leave before the next rollout
         return loss
 
