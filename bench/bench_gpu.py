@@ -32,7 +32,6 @@ greedy check that the graph draws the eager decoder's tokens exactly.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 import sys
@@ -286,7 +285,7 @@ def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[s
 
 
 def main_decode(args: argparse.Namespace, device: str, record: dict[str, Any], start: float) -> int:
-    import torch
+    from grpokit import memory
 
     path = Path(args.out) / "results_gpu_decode.json"
     for model_name in args.models.split(","):
@@ -299,9 +298,7 @@ def main_decode(args: argparse.Namespace, device: str, record: dict[str, Any], s
             record["not_run"][model_name] = f"{type(err).__name__}: {err}"[:500]
             print(f"[bench-gpu] {model_name}: failed: {record['not_run'][model_name]}", flush=True)
         finally:
-            gc.collect()
-            if device == "cuda":
-                torch.cuda.empty_cache()
+            memory.release_device_cache()
         path.write_text(json.dumps(record, indent=2) + "\n")
     print(
         f"\n{record['device']}; {args.prompts} prompts x {args.group} rows, {args.prompt_tokens}-token prompts, "
@@ -347,6 +344,8 @@ def main() -> int:
     args = parser.parse_args()
     start = time.perf_counter()
     import torch
+
+    from grpokit import memory
 
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     out = Path(args.out)
@@ -397,9 +396,7 @@ def main() -> int:
                 print(f"[bench-gpu] {key}: failed: {record['not_run'][key]}", flush=True)
                 continue
             finally:  # the contender's model, optimizer and caches go before the next one starts
-                gc.collect()
-                if device == "cuda":
-                    torch.cuda.empty_cache()
+                memory.release_device_cache()
             executed = flops["shared"] if r.get("shared_prefix") else flops["unshared"]
             r["model_tflop"] = flops["unshared"] / 1e12
             r["executed_tflop"] = executed / 1e12

@@ -78,10 +78,9 @@ class GrpoTrainer(GRPOTrainer):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        # (final temperature, first step, last step): grpo.temperature up to the first step, linear to the final
-        # one at the last, then constant; None: grpo.temperature throughout.
+        # (final temperature, first step, last step): grpo.temperature (args.temperature) up to the first step,
+        # linear to the final one at the last, then constant; None: grpo.temperature throughout.
         self.temperature_schedule = temperature_schedule
-        self.start_temperature = self.temperature
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
@@ -202,7 +201,6 @@ class GrpoTrainer(GRPOTrainer):
         micro-batches of half as many rows (the same gradient; `compute_loss`), halving until it fits, and
         keeps that size for the rest of the run. Out of memory anywhere else (rollouts, rewards), or where
         micro-batches would not give the same gradient, the error names the recipe settings that help."""
-        model = args[0] if args else kwargs["model"]
         while True:
             self._pass_inputs = None
             try:
@@ -217,7 +215,7 @@ class GrpoTrainer(GRPOTrainer):
                 for key, values in self._metrics["train"].items():  # the failed pass's entropy, clip ratios, ...
                     del values[self._logged_before_pass.get(key, 0) :]
             # Outside the handler: the traceback's frames, which hold the failed pass's activations, are gone.
-            model.zero_grad(set_to_none=True)  # the failed attempt's partial gradient (no accumulation in progress)
+            self.model.zero_grad(set_to_none=True)  # the failed attempt's partial gradient (no accumulation running)
             memory.release_device_cache()
             log.warning(
                 "training pass out of GPU memory on %d rows at a time (%s): running it again in micro-batches of "
@@ -457,7 +455,8 @@ class GrpoTrainer(GRPOTrainer):
         resumed run continues it."""
         final, first, last = self.temperature_schedule
         done = min(1.0, max(0.0, (self.state.global_step - first) / max(1, last - first)))
-        self.temperature = self.start_temperature + (final - self.start_temperature) * done
+        start = self.args.temperature
+        self.temperature = start + (final - start) * done
         self.generation_config.temperature = self.temperature
         self._metrics["train"]["temperature"].append(self.temperature)
 
