@@ -383,6 +383,48 @@ def test_a_pass_out_of_memory_runs_again_in_smaller_micro_batches(tiny_model_dir
         torch.testing.assert_close(weight - initial[name], expected[name], rtol=1e-4, atol=1e-8)
 
 
+def test_a_resumed_run_keeps_the_micro_batches_it_backed_off_to(tiny_model_dir, tmp_path, monkeypatch, caplog):
+    """The size learned after running out of memory is saved with each checkpoint: resumed, the run trains in
+    it from its first step (no failed pass to find it again), unless the recipe's own setting changed since."""
+    import logging
+
+    from trl import GRPOTrainer
+
+    compute_loss, attempts = GRPOTrainer.compute_loss, []
+
+    def limited(self, model, inputs, *args, **kwargs):
+        attempts.append(inputs["completion_ids"].size(0))
+        if inputs["completion_ids"].size(0) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "compute_loss", limited)
+
+    def run(max_steps: int):  # rewards that differ within groups: every row is trained
+        return _trainer(tiny_model_dir, tmp_path, reward_funcs=[_characters], loss_type="dapo", max_steps=max_steps)
+
+    first = run(1)
+    first.train()
+    assert first.micro_batch_rows == 2 and attempts[:2] == [8, 4]
+    checkpoint = tmp_path / "grpo" / "checkpoint-1"
+
+    attempts.clear()
+    caplog.clear()
+    resumed = run(2)
+    with caplog.at_level(logging.INFO, logger="grpokit.trainer"):
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.micro_batch_rows == 2
+    assert attempts and set(attempts) == {2}, "the resumed step ran out of memory again"
+    assert not [r for r in caplog.records if "out of GPU memory on" in r.getMessage()]
+    assert [r for r in caplog.records if "as the run had learned" in r.getMessage()]
+
+    attempts.clear()  # the recipe now asks for 4 rows at a time: its setting, not the learned one
+    changed = run(2)
+    changed.micro_batch_rows = changed._recipe_micro_batch_rows = 4
+    changed.train(resume_from_checkpoint=str(checkpoint))
+    assert attempts[0] == 4 and changed.micro_batch_rows == 2  # tried its 4, backed off again
+
+
 def test_out_of_memory_is_not_retried_once_a_gradient_accumulates(tiny_model_dir, tmp_path, monkeypatch):
     """With gradient accumulation, a pass that runs out of memory after an earlier accumulation step has
     added its gradient cannot start again: it fails with the recipe settings that help."""

@@ -86,6 +86,7 @@ class GrpoTrainer(GRPOTrainer):
                 use_grouped_attention(base_model(model))
         self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
         self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
+        self._recipe_micro_batch_rows = self.micro_batch_rows  # what a smaller size learned after an OOM replaced
         # The rows of the step being trained, and those to train again after the pass ran out of memory.
         self._pass_inputs: dict[str, Any] | None = None
         self._pass_retry: dict[str, Any] | None = None
@@ -462,6 +463,8 @@ class GrpoTrainer(GRPOTrainer):
 
     def _schedule_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
+        if self.micro_batch_rows != self._recipe_micro_batch_rows:  # backed off after running out of GPU memory
+            state["micro_batch_rows"] = {"recipe": self._recipe_micro_batch_rows, "learned": self.micro_batch_rows}
         if self.curriculum is not None:
             state["curriculum"] = {"level": self.curriculum.level, "rates": list(self.curriculum.rate.values)}
         if self.adaptive is not None:
@@ -476,6 +479,21 @@ class GrpoTrainer(GRPOTrainer):
         return state
 
     def _load_schedule_state(self, state: dict[str, Any]) -> None:
+        saved = state.get("micro_batch_rows")
+        if saved and saved["recipe"] == self._recipe_micro_batch_rows and self._micro_batches_allowed():
+            # The size the run backed off to: a resumed run does not run out of memory again to find it.
+            self.micro_batch_rows = saved["learned"]
+            log.info(
+                "training pass in micro-batches of %d rows, as the run had learned after running out of GPU memory",
+                self.micro_batch_rows,
+            )
+        elif saved:  # the recipe's train_pass.micro_batch_rows changed since: the user's new setting stands
+            log.info(
+                "train_pass.micro_batch_rows changed since the checkpoint: %s rows at a time, not the %d "
+                "learned after running out of GPU memory",
+                self.micro_batch_rows or "all",
+                saved["learned"],
+            )
         if self.curriculum is not None and "curriculum" in state:
             self.curriculum.level = state["curriculum"]["level"]
             self.curriculum.rate.values.extend(state["curriculum"]["rates"])
