@@ -296,6 +296,25 @@ def test_sft_micro_batches_train_the_weights_of_whole_batches(tiny_model_dir, tm
         torch.testing.assert_close(micro[name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_the_sft_stage_returns_freed_memory_once_per_optimizer_step(tiny_model_dir, tmp_path, monkeypatch):
+    """The warm-up's freed activations go back to the system after each optimizer step (glibc's heap kept
+    them: the default warm-up's peak 2.84 GB, 2.36 with the trim), not after each micro-batch (pages faulted
+    in again every pass)."""
+    from grpokit import cold_start, memory
+    from grpokit.models import load_model
+
+    trims = []
+    monkeypatch.setattr(memory, "trim", lambda: trims.append(1) or True)
+    raw = tiny_recipe(
+        tiny_model_dir, tmp_path, cold_start={"examples": 8, "steps": 3, "batch_size": 4, "micro_batch": 2}
+    )
+    recipe = build_recipe(raw)
+    model, tokenizer = load_model(recipe.model.name)
+    sft = cold_start.build_trainer(train.attach_lora(model, recipe), tokenizer, recipe, tmp_path / "sft")
+    sft.train()
+    assert sft.state.global_step == 3 and len(trims) == 3
+
+
 def test_the_sft_loss_scores_only_demonstration_tokens_with_the_same_loss_and_gradients(tiny_model_dir, tmp_path):
     """On a CPU the sft stage's LM head runs on the labelled positions only (cold_start.compact_lm_head):
     the rows reaching the vocabulary are the demonstration tokens, not every position of the padded batch,
