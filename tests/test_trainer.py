@@ -400,8 +400,15 @@ def test_a_resumed_run_keeps_the_micro_batches_it_backed_off_to(tiny_model_dir, 
 
     monkeypatch.setattr(GRPOTrainer, "compute_loss", limited)
 
-    def run(max_steps: int):  # rewards that differ within groups: every row is trained
-        return _trainer(tiny_model_dir, tmp_path, reward_funcs=[_characters], loss_type="dapo", max_steps=max_steps)
+    def run(max_steps: int, **trainer_kwargs):  # rewards that differ within groups: every row is trained
+        return _trainer(
+            tiny_model_dir,
+            tmp_path,
+            reward_funcs=[_characters],
+            trainer_kwargs=trainer_kwargs,
+            loss_type="dapo",
+            max_steps=max_steps,
+        )
 
     first = run(1)
     first.train()
@@ -419,8 +426,7 @@ def test_a_resumed_run_keeps_the_micro_batches_it_backed_off_to(tiny_model_dir, 
     assert [r for r in caplog.records if "as the run had learned" in r.getMessage()]
 
     attempts.clear()  # the recipe now asks for 4 rows at a time: its setting, not the learned one
-    changed = run(2)
-    changed.micro_batch_rows = changed._recipe_micro_batch_rows = 4
+    changed = run(2, micro_batch_rows=4)  # as the recipe's train_pass.micro_batch_rows reaches the trainer
     changed.train(resume_from_checkpoint=str(checkpoint))
     assert attempts[0] == 4 and changed.micro_batch_rows == 2  # tried its 4, backed off again
 
