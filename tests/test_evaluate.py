@@ -5,7 +5,7 @@ import math
 import pytest
 
 from grpokit import evaluate as ev
-from grpokit.config import build_recipe
+from grpokit.config import RecipeError, build_recipe
 from grpokit.tasks import build_task
 from tests.conftest import tiny_recipe
 
@@ -74,6 +74,43 @@ def test_sampled_metrics_aggregate_per_problem(monkeypatch):
     assert result.maj_at_k["4"] == 0.5 and result.maj_at_k["1"] == 0.5
     assert result.sampled_format_rate == 7 / 8
     assert result.metrics()["eval/pass@4"] == 1.0
+
+
+def test_the_result_keeps_every_wrong_completion_up_to_a_limit(monkeypatch):
+    """`samples` keeps the first completions whatever they scored; `mistakes` keeps the wrong ones, in order,
+    so a run's failures can be read from its eval file without decoding or scoring them again."""
+    task = build_task("arithmetic")
+    problems = task.dataset("eval", 5)
+    texts = [f"<think>x</think><answer>{p['answer']}</answer>" for p in problems]
+    texts[1], texts[3], texts[4] = "<think>x</think><answer>-1</answer>", "no tags", "<answer>-7</answer>"
+
+    def fake_generate(model, tokenizer, prompts, **_):
+        return ev._Generations([[t] for t in texts], [1] * len(texts), 0, 1.0)
+
+    monkeypatch.setattr(ev, "_generate", fake_generate)
+    tokenizer = FakeTokenizer(lambda messages: messages[-1]["content"])
+    result = ev.evaluate(FakeModel(), tokenizer, task, problems, samples=2)
+    assert result.accuracy == 0.4 and [s["completion"] for s in result.samples] == texts[:2]
+    assert [m["completion"] for m in result.mistakes] == [texts[1], texts[3], texts[4]]
+    assert [m["question"] for m in result.mistakes] == [problems[i]["question"] for i in (1, 3, 4)]
+    assert all(m["correct"] is False for m in result.mistakes) and [m["format"] for m in result.mistakes] == [
+        True,
+        False,
+        False,
+    ]
+    assert [m["completion"] for m in ev.evaluate(FakeModel(), tokenizer, task, problems, mistakes=2).mistakes] == [
+        texts[1],
+        texts[3],
+    ]
+    raw = {"rewards": [{"name": "correctness"}], "grpo": {"num_generations": 2, "per_device_train_batch_size": 2}}
+    assert (
+        ev.evaluate_recipe(
+            FakeModel(), tokenizer, task, problems, build_recipe({**raw, "eval": {"mistakes": 0}})
+        ).mistakes
+        == []
+    )
+    with pytest.raises(RecipeError, match="eval.mistakes=-1"):
+        build_recipe({**raw, "eval": {"mistakes": -1}})
 
 
 def test_eval_reads_completions_in_the_recipes_tags_after_a_prefilled_thought(monkeypatch):

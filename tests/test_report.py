@@ -39,9 +39,33 @@ def test_model_output_is_escaped(run_dir, tmp_path):
     last = copy / f"eval_{json.loads((copy / 'summary.json').read_text())['stages'][-1]['name']}.json"
     saved = json.loads(last.read_text())
     saved["samples"][0]["completion"] = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    saved["mistakes"] = [{"question": "<b>q", "answer": 7, "completion": "<script>alert(3)</script>", "format": False}]
     last.write_text(json.dumps(saved))
     page = report.main(copy).read_text(encoding="utf-8")
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>alert(3)" not in page and "&lt;script&gt;alert(3)&lt;/script&gt;" in page
+    assert "<b>q" not in page and "(not in format)" in page
+
+
+def test_the_page_shows_the_last_evaluations_wrong_answers(run_dir, tmp_path):
+    copy = shutil.copytree(run_dir, tmp_path / "run")
+    last_name = json.loads((copy / "summary.json").read_text())["stages"][-1]["name"]
+    last = copy / f"eval_{last_name}.json"
+    saved = json.loads(last.read_text())
+    assert "mistakes" in saved  # what the run wrote
+    wrong = {"question": "What is 2 + 3?", "answer": 5, "completion": "<answer>6</answer>", "format": False}
+    saved.update(n=40, accuracy=0.5, mistakes=[dict(wrong, question=f"What is {i} + 3?") for i in range(20)])
+    last.write_text(json.dumps(saved))
+    page = report.main(copy).read_text(encoding="utf-8")
+    assert f"Wrong answers after {last_name}" in page
+    assert f"12 of 20 wrong (eval_{last_name}.json keeps 20" in page
+    assert "What is 11 + 3?" in page and "What is 12 + 3?" not in page  # the first 12 only
+    saved.update(accuracy=1.0, mistakes=[])
+    last.write_text(json.dumps(saved))
+    assert "None: every held-out problem was answered right" in report.main(copy).read_text(encoding="utf-8")
+    del saved["mistakes"]  # a run saved before mistakes were kept: no section
+    last.write_text(json.dumps(saved))
+    assert "Wrong answers after" not in report.main(copy).read_text(encoding="utf-8")
 
 
 def test_the_page_renders_in_headless_chromium(run_dir, tmp_path):

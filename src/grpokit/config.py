@@ -291,6 +291,7 @@ class EvalSection:
     max_new_tokens: int = 96
     batch_size: int = 64
     samples: int = 16  # completions kept in eval_*.json for people to read
+    mistakes: int = 100  # and the wrong ones, up to this many: where the model fails, without scoring again
     # pass@k and maj@k: this many sampled completions per problem (0: greedy only), at this temperature.
     samples_per_problem: int = 0
     k: list[int] = field(default_factory=lambda: [1, 4, 8])
@@ -307,6 +308,8 @@ class EvalSection:
                 raise RecipeError(f"eval.{key}={getattr(self, key)}; it must be >= 1")
         if self.samples < 0:
             raise RecipeError(f"eval.samples={self.samples}; it must be >= 0")
+        if self.mistakes < 0:
+            raise RecipeError(f"eval.mistakes={self.mistakes}; it must be >= 0 (0 keeps none)")
         if self.samples_per_problem < 0:
             raise RecipeError(f"eval.samples_per_problem={self.samples_per_problem}; use 0 (greedy only) or more")
         if self.samples_per_problem and any(not 1 <= k <= self.samples_per_problem for k in self.k):

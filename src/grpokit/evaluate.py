@@ -31,7 +31,8 @@ class EvalResult:
     truncation_rate: float  # completions that hit max_new_tokens without ending
     tokens_per_second: float
     seconds: float
-    samples: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)  # the first problems, right or wrong
+    mistakes: list[dict[str, Any]] = field(default_factory=list)  # the greedy completions scored wrong
     # Sampled evaluation (eval.samples_per_problem > 0): unbiased pass@k and majority vote @k.
     samples_per_problem: int = 0
     temperature: float | None = None
@@ -159,6 +160,7 @@ def evaluate(
     max_new_tokens: int = 96,
     batch_size: int = 64,
     samples: int = 16,
+    mistakes: int = 100,
     system_prompt: str | None = None,
     label: str = "eval",
     samples_per_problem: int = 0,
@@ -176,6 +178,7 @@ def evaluate(
     rewards' isolation (`grpokit.guarded`): a completion it fails on or that takes longer than
     `score_timeout` seconds scores 0 and is counted in `score_errors`. `prefill` opens the assistant's turn
     as in training (`render_prompt`); a completion after a prefilled thought tag is scored with it put back.
+    The result keeps the first `samples` completions and, up to `mistakes`, every one scored wrong.
     """
     prompts = [
         render_prompt(tokenizer, task.messages(ex, system_prompt), chat_template_kwargs, prefill) for ex in examples
@@ -230,6 +233,7 @@ def evaluate(
         tokens_per_second=sum(greedy.lengths) / max(greedy.seconds, 1e-9),
         seconds=greedy.seconds,
         samples=kept[:samples],
+        mistakes=[row for row in kept if not row["correct"]][:mistakes],
     )
     if sampled is not None:
         _add_sampled(result, score, examples, sampled, prefilled, samples_per_problem, k, temperature, task.tags)
@@ -302,6 +306,7 @@ def evaluate_recipe(
         max_new_tokens=recipe.eval.max_new_tokens,
         batch_size=recipe.eval.batch_size,
         samples=recipe.eval.samples,
+        mistakes=recipe.eval.mistakes,
         system_prompt=recipe.task.system_prompt,
         label=label,
         samples_per_problem=recipe.eval.samples_per_problem,

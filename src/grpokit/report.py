@@ -23,6 +23,7 @@ from grpokit.guarded import Guarded
 
 log = logging.getLogger(__name__)
 SAMPLE_PROMPTS = 4  # prompts followed across checkpoints
+MISTAKES_SHOWN = 12  # wrong answers of the last evaluation shown on the page (eval_*.json keeps more)
 
 
 def load_metrics(run_dir: Path) -> list[dict]:
@@ -261,7 +262,34 @@ def _page(
             scores = ", ".join(f"{e(k)} {e(str(v))}" for k, v in at["scores"].items())
             mark = "ok" if at["scores"].get("correct") else "bad"
             parts.append(f"<p class='{mark}'>{e(at['label'])}: {scores}</p><pre>{e(at['completion'])}</pre>")
+    parts.append(_mistakes(evals))
     parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _mistakes(evals: dict[str, dict[str, Any]]) -> str:
+    """The last evaluation's wrong answers: what is left to learn, read without scoring anything again."""
+    if not evals:
+        return ""
+    label, last = list(evals.items())[-1]
+    wrong = last.get("mistakes")
+    if wrong is None:  # saved before grpokit kept them
+        return ""
+    e = html.escape
+    total = round((1 - last.get("accuracy", 0)) * last.get("n", 0))
+    parts = [f"<h2>Wrong answers after {e(label)}</h2>"]
+    if not wrong:
+        parts.append("<p class='ok'>None: every held-out problem was answered right.</p>")
+        return "\n".join(parts)
+    parts.append(
+        f"<p class='muted'>{min(len(wrong), MISTAKES_SHOWN)} of {total} wrong "
+        f"(eval_{e(label)}.json keeps {len(wrong)}, up to the recipe's eval.mistakes).</p>"
+    )
+    for row in wrong[:MISTAKES_SHOWN]:
+        parts.append(
+            f"<p class='bad'>{e(str(row.get('question', '')))} gold answer: <b>{e(str(row.get('answer', '')))}</b>"
+            f"{'' if row.get('format') else ' (not in format)'}</p><pre>{e(str(row.get('completion', '')))}</pre>"
+        )
     return "\n".join(parts)
 
 
