@@ -245,6 +245,8 @@ def test_copy_holds_the_merged_policy_and_follows_its_updates(model_and_tokenize
 
     model, _ = model_and_tokenizer
     policy = _lora(model)
+    for name, param in policy.named_parameters():
+        param.requires_grad_(param.requires_grad or name.endswith("norm.weight"))  # norms that train too
     ids = torch.tensor([PROMPTS[5]])
     rollout = RolloutCopy(torch.float32)
     assert wants_copy(policy) and not wants_copy(model)
@@ -476,3 +478,41 @@ def test_prefill_runs_the_lm_head_as_one_matmul(model_and_tokenizer):
     with torch.no_grad():
         expected = torch.stack([frozen(torch.tensor([p])).logits[0, -1].float() for p in prompts])
     torch.testing.assert_close(logits, expected, rtol=0.02, atol=0.02)
+
+
+def test_an_fp32_copy_shares_the_policys_unchanged_weights_instead_of_holding_them_twice(model_and_tokenizer):
+    """Evaluation's fp32 copy points its embedding, LM head and norms at the policy's (frozen, no adapters,
+    same dtype): the same logits with that memory held once, kept shared across a release, and a release
+    never frees the policy's own weights. The merged layers stay the copy's."""
+    from grpokit.rollout import RolloutCopy, base_model, share_frozen
+
+    model, _ = model_and_tokenizer
+    policy = _lora(model, seed=5)
+    policy.requires_grad_(False)
+    for name, param in policy.named_parameters():
+        param.requires_grad_("lora_" in name)  # as training leaves it: only the adapters train
+    base = base_model(policy)
+    ids = torch.tensor(PROMPTS[:3])
+    rollout = RolloutCopy(torch.float32)
+    copy = rollout.get(policy, version=0)
+    embedding = base.model.embed_tokens.weight
+    assert copy.model.embed_tokens.weight.data_ptr() == embedding.data_ptr()
+    assert copy.lm_head.weight is copy.model.embed_tokens.weight  # still tied
+    assert copy.model.norm.weight.data_ptr() == base.model.norm.weight.data_ptr()
+    q_proj = base.model.layers[0].self_attn.q_proj
+    assert copy.model.layers[0].self_attn.q_proj.weight.data_ptr() != q_proj.get_base_layer().weight.data_ptr()
+    with torch.no_grad():
+        torch.testing.assert_close(copy(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
+        rollout.release()
+        assert embedding.numel() > 0 and base.model.norm.weight.numel() > 0, "the policy keeps its weights"
+        again = rollout.get(policy, version=1)
+        assert again.model.embed_tokens.weight.data_ptr() == embedding.data_ptr()
+        torch.testing.assert_close(again(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
+    assert share_frozen(copy, policy) == 0  # all shared already
+    base.model.norm.weight.requires_grad_(True)  # a later stage trains the final norm: the copy's own again
+    with torch.no_grad():
+        rollout.get(policy, version=2)
+        base.model.norm.weight.add_(0.5)
+    assert copy.model.norm.weight.data_ptr() != base.model.norm.weight.data_ptr()
+    assert not torch.equal(copy.model.norm.weight, base.model.norm.weight)  # until the next refresh
+    assert share_frozen(RolloutCopy(torch.bfloat16).get(policy, version=0), policy) == 0  # other dtype: own copy
