@@ -172,6 +172,11 @@ def test_eval_command_on_a_run_directory_and_on_a_model(tiny_model_dir, tmp_path
     assert "eval/pass@2" in printed and "eval/maj@2" in printed
     saved = json.loads(out_file.read_text())
     assert saved["n"] == 3 and saved["samples_per_problem"] == 2
+    wrong = saved["mistakes"]  # what the tiny model got wrong, each printed on one line
+    assert len(wrong) == round((1 - saved["accuracy"]) * 3)
+    if wrong:
+        header = f"wrong answers ({len(wrong)} of {len(wrong)}):"
+        assert f"{header}\n  {wrong[0]['question']}  gold {wrong[0]['answer']}  wrote: " in printed
     assert 0.0 <= saved["pass_at_k"]["1"] <= saved["pass_at_k"]["2"] <= 1.0
 
     assert main(["eval", str(tiny_model_dir), "--task", "countdown", "--n", "2", "eval.max_new_tokens=4"]) == 0

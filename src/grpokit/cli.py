@@ -11,6 +11,8 @@ from pathlib import Path
 
 from grpokit.config import Recipe, RecipeError, apply_override, build_recipe, load_recipe
 
+SHOWN_MISTAKES = 5  # wrong answers `grpokit eval` prints (its --out file keeps up to eval.mistakes)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpokit", description=__doc__)
@@ -151,6 +153,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for key, value in result.metrics().items():
         print(f"{key:<28} {value:.4f}")
     print(f"{'n':<28} {result.n}  ({result.seconds:.0f} s, {result.tokens_per_second:.0f} tok/s greedy)")
+    if result.mistakes:  # a few of what it got wrong, on one line each; --out keeps them all
+        wrong = round((1 - result.accuracy) * result.n)
+        print(f"\nwrong answers ({min(len(result.mistakes), SHOWN_MISTAKES)} of {wrong}):")
+        for row in result.mistakes[:SHOWN_MISTAKES]:
+            print(f"  {row['question']}  gold {row['answer']}  wrote: {' '.join(row['completion'].split())[:160]}")
     if args.out:
         result.save(Path(args.out))
         print(f"result: {args.out}")
