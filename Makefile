@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup seccomp browser train test test-fast lint bench bench-skill bench-rewards bench-gpu clean
+.PHONY: setup seccomp browser train test test-fast lint bench bench-skill bench-rewards bench-memory bench-gpu clean
 
 setup: seccomp $(VENV)/.setup-done
 
@@ -53,6 +53,10 @@ bench-skill: setup
 # Math rewards per second on 1,024 completions: math-verify inline vs the sandbox, one by one and batched.
 bench-rewards: setup
 	$(BIN)/python bench/bench_rewards.py
+
+# Where `make train`'s memory peaks: the default run with its resident set sampled per phase (a whole run).
+bench-memory: setup
+	$(BIN)/python bench/bench_memory.py recipes/smollm2/arithmetic_grpo.yaml
 
 # GPU: one GRPO step on random-weight models of three shapes; needs a CUDA GPU and a CUDA build of torch.
 bench-gpu: setup
