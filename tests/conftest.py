@@ -71,6 +71,26 @@ def build_tiny_model(out_dir: Path, chat_template: str = CHATML, bos: bool = Fal
     return out_dir
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str):
+    """A script of the repository (bench/, scripts/) imported as a module, by its path from the root; its
+    own folder is importable while it loads (bench scripts import one another)."""
+    import importlib.util
+    import sys
+
+    path = ROOT / relative
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))

@@ -1,26 +1,15 @@
 """bench/bench_gpu.py's pieces that decide its figures, on a CPU: the FLOP count behind its MFU column, and
 the tokenizer it builds for random-weight models. Nothing is trained."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_gpu.py"
+from tests.conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH.parent))  # it imports bench_step's step clock
-    try:
-        spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH.parent))
-    return module
+    return load_script("bench/bench_gpu.py")  # it imports bench_step's step clock from its folder
 
 
 def test_the_flop_count_is_what_the_forward_multiplies(bench):

@@ -1,23 +1,17 @@
 """bench/bench_memory.py: a run's resident memory labelled by phase, on a tiny run (seconds)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import tiny_recipe
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_memory.py"
+from tests.conftest import load_script, tiny_recipe
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_memory", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/bench_memory.py")
 
 
 def test_every_phase_of_a_run_gets_its_peak_and_the_patches_go_afterwards(bench, tiny_model_dir, tmp_path):

@@ -1,24 +1,18 @@
 """bench/time_to_skill.py on run directories written here: the training-time axis, the SFT control's
 recipe, and the verdict. Nothing is trained."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from grpokit.config import build_recipe, load_recipe
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "time_to_skill.py"
+from tests.conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("time_to_skill", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/time_to_skill.py")
 
 
 def write_run(run_dir, stages, recipe=None):

@@ -352,12 +352,10 @@ class RolloutCopy:
             raise ValueError(f"a merged rollout copy would not be the policy: {refusal}; sample on the policy")
         if self.model is None:
             self.model = _plain_copy(policy, self.dtype)
-            share_frozen(self.model, policy)
         if self.released:
             for name, param in self.model.named_parameters():
                 param.data = torch.empty(self.released[name], dtype=self.dtype, device=param.device)
             self.released, self.version = {}, None
-            share_frozen(self.model, policy)
         if version != self.version:
             refresh(self.model, policy)
             self.version = version
@@ -420,12 +418,14 @@ def copy_refusal(policy: Any) -> str | None:
 
 def share_frozen(copy: Any, policy: Any) -> int:
     """Point the copy's parameters that are the policy's own, unchanged, at the policy's memory instead of
-    holding them twice; returns how many numbers are shared. Shared: a parameter of a module without
-    adapters, frozen in the policy, of the copy's dtype and shape (for SmolLM2-135M with LoRA on the linear
-    layers, an fp32 copy shares the embedding and LM head (28.3M numbers, 113 MB) and the norms; a bf16 copy
-    of an fp32 policy shares nothing). Exact: the same numbers, and `refresh` leaves them be; frozen weights
-    do not change (one written in place would show in the copy at once, not at the next refresh). Weights
-    that train are never shared. Evaluation's fp32 copy decodes at a run's peak of memory (v0.25)."""
+    holding them twice; returns how many numbers it newly shares. `refresh` calls it first. Shared: a
+    parameter of a module without adapters, frozen in the policy, of the copy's dtype and shape (for
+    SmolLM2-135M with LoRA on the linear layers, an fp32 copy shares the embedding and LM head (28.3M
+    numbers, 113 MB) and the norms; a bf16 copy of an fp32 policy shares nothing). Exact: the same numbers,
+    which `refresh` then leaves be; frozen weights do not change (one written in place would show in the copy
+    at once, not at the next refresh). Weights that train are never shared: one shared while frozen and
+    trained since gets its own storage back. Evaluation's fp32 copy decodes at a run's peak of memory (v0.25).
+    """
     base = base_model(policy)
     shared = 0
     for name, target in copy.named_modules():
@@ -440,16 +440,15 @@ def share_frozen(copy: Any, policy: Any) -> int:
             continue  # merged or trained copies: the copy's own numbers
         for pname, param in own.items():
             value = getattr(source, pname, None)
-            if (
-                isinstance(value, torch.Tensor)
-                and not value.requires_grad
-                and value.dtype == param.dtype
-                and value.shape == param.shape
-                and value.device == param.device
-            ):
-                if param.data_ptr() != value.data_ptr():
-                    shared += value.numel()
+            if not isinstance(value, torch.Tensor):
+                continue
+            same = param.data_ptr() == value.data_ptr()
+            if value.requires_grad:
+                if same:  # trains now: its own numbers again (`refresh` writes them)
+                    param.data = value.detach().clone()
+            elif not same and (value.dtype, value.shape, value.device) == (param.dtype, param.shape, param.device):
                 param.data = value.detach()
+                shared += value.numel()
     return shared
 
 
@@ -478,7 +477,9 @@ def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
 
 @torch.no_grad()
 def refresh(copy: Any, policy: Any) -> None:
-    """Write the policy's effective weights (base + active LoRA deltas) into `copy`, module by module."""
+    """Write the policy's effective weights (base + active LoRA deltas) into `copy`, module by module; the
+    policy's unchanged ones are shared, not written (`share_frozen`)."""
+    share_frozen(copy, policy)
     base = base_model(policy)
     for name, target in copy.named_modules():
         own = dict(target.named_parameters(recurse=False))
@@ -500,10 +501,8 @@ def refresh(copy: Any, policy: Any) -> None:
         else:
             for pname, param in own.items():
                 value = getattr(source, pname)
-                if param.data_ptr() != value.data_ptr():
+                if param.data_ptr() != value.data_ptr():  # shared ones already hold the policy's numbers
                     param.copy_(value)
-                elif value.requires_grad:  # shared while frozen (`share_frozen`), trained since: its own again
-                    param.data = value.detach().clone()
 
 
 _DITHER: dict[tuple, torch.Tensor] = {}  # per weight shape and device: a fixed threshold for each position

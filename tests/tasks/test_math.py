@@ -179,13 +179,10 @@ def test_rewards_check_finds_nothing(numina_task):
 
 
 def test_shipped_word_problems_are_reproducible_and_all_golds_parse():
-    import importlib.util
-    from pathlib import Path
+    from tests.conftest import ROOT as root
+    from tests.conftest import load_script
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("make_word_problems", root / "scripts" / "make_word_problems.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/make_word_problems.py")
     shipped = (root / "data" / "word_problems.jsonl").read_text(encoding="utf-8")
     assert shipped == module.render(module.rows()), (
         "data/word_problems.jsonl is stale: run scripts/make_word_problems.py"
