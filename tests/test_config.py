@@ -99,6 +99,14 @@ def test_grpo_section_becomes_grpo_config():
         ("dynamic_sampling: {enabled: true, retry: 1}\n", "success_reward='correctness' is not one of.*format"),
         ("dynamic_sampling: {enabled: true, guide: true}\n", "guide puts a demonstration.*retry >= 1"),
         ("dynamic_sampling: {enabled: true, replay: 1, upfront: true}\n", "upfront draws the extra prompts before"),
+        ("dynamic_sampling: {downsample_to: 1}\n", "downsample_to=1; use >= 2"),
+        ("dynamic_sampling: {downsample_to: 4}\n", "downsample_to=4 keeps every one of grpo.num_generations=4"),
+        ("launch: {processes: 2}\ndynamic_sampling: {downsample_to: 2}\n", "downsample_to runs in one process"),
+        (
+            "grpo: {num_generations: 4, per_device_train_batch_size: 8, bf16: false, multi_objective_aggregation: "
+            "normalize_then_sum}\ndynamic_sampling: {downsample_to: 2}\n",
+            "downsample_to computes advantages from the summed reward",
+        ),
         (
             "rewards: [{name: correctness}]\ndynamic_sampling: {enabled: true, retry: 1, guide: true}\n"
             "train_pass: {sampler_logprobs: true}\n",

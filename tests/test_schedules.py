@@ -13,7 +13,9 @@ from grpokit.schedules import (
     extra_prompt_rows,
     failing_groups,
     fill_batch,
+    group_advantages,
     informative_groups,
+    max_variance_rows,
 )
 from grpokit.tasks import build_task
 from tests.conftest import tiny_recipe
@@ -89,6 +91,37 @@ def test_replay_returns_the_newest_prompts_at_most_tries_times():
         Replay(tries=0, capacity=1)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_max_variance_rows_keeps_the_subset_whose_rewards_vary_most(seed):
+    from itertools import combinations
+
+    gen = torch.Generator().manual_seed(seed)
+    rewards = torch.randint(0, 4, (3 * 7,), generator=gen).float() / 2  # ties, as rule-based rewards have
+    rewards[torch.randperm(21, generator=gen)[:3]] = torch.nan  # a few unscorable rows
+    mask = max_variance_rows(rewards, 7, 3)
+    for start in range(0, 21, 7):
+        values, kept = rewards[start : start + 7], mask[start : start + 7]
+        assert int(kept.sum()) == 3 and not torch.isnan(values[kept]).any()  # 4+ rows scored in each group
+        scored = values[~torch.isnan(values)].tolist()
+        best = max(torch.tensor(c).var(unbiased=False).item() for c in combinations(scored, 3))
+        assert values[kept].var(unbiased=False).item() == pytest.approx(best)
+    uniform = max_variance_rows(torch.tensor([1.0, 1.0, 1.0, float("nan"), float("nan"), 0.0]), 3, 2)
+    assert uniform.tolist() == [True, True, False, True, False, True]  # first rows; NaN only to make up the count
+
+
+def test_group_advantages_are_trls_formula():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 3.0, float("nan"), 1.0, 2.0, 2.0])
+    by_group = group_advantages(rewards, 4, "group")
+    first = torch.tensor([1.0, 0.0, 0.0, 3.0])
+    assert by_group[:4].tolist() == pytest.approx(((first - 1.0) / (first.std() + 1e-4)).tolist())
+    std = (1 / 3) ** 0.5  # of [1, 2, 2], Bessel-corrected; the unscorable row left out and given 0
+    assert by_group[4] == 0.0
+    assert by_group[5:].tolist() == pytest.approx([x / (std + 1e-4) for x in (-2 / 3, 1 / 3, 1 / 3)])
+    assert group_advantages(rewards, 4, "none")[:4].tolist() == [0.0, -1.0, -1.0, 2.0]
+    with pytest.raises(ValueError, match="scale_rewards='mean'"):
+        group_advantages(rewards, 4, "mean")
+
+
 def test_curriculum_and_adaptive_weights_move_with_the_rolling_success_rate():
     c = Curriculum("max_value", [10, 20], threshold=0.6, window=2)
     assert [c.update(x) for x in (1.0, 0.0, 1.0, 1.0, 1.0)] == [0, 0, 0, 1, 1]
@@ -102,7 +135,7 @@ def test_curriculum_and_adaptive_weights_move_with_the_rolling_success_rate():
     assert w.update({"format": 0.1})["format"] == pytest.approx(0.3)  # grows back when the skill slips
 
 
-def _trainer(tiny_model_dir, tmp_path, rewards, **sections):
+def _trainer(tiny_model_dir, tmp_path, rewards, drawn=4, **sections):
     from grpokit import train
     from grpokit.callbacks import MetricsLog
     from grpokit.checkpoints import StopOnSignal
@@ -110,7 +143,7 @@ def _trainer(tiny_model_dir, tmp_path, rewards, **sections):
     from grpokit.models import load_model
 
     raw = tiny_recipe(tiny_model_dir, tmp_path, rewards=rewards, **sections)
-    raw["grpo"].update({"per_device_train_batch_size": 16, "num_generations": 4})  # 4 groups of 4
+    raw["grpo"].update({"per_device_train_batch_size": 4 * drawn, "num_generations": drawn})  # 4 groups of `drawn`
     recipe = build_recipe(raw)
     model, tokenizer = load_model(recipe.model.name)
     model = train.attach_lora(model, recipe)
@@ -150,6 +183,76 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_teach(tiny_model_dir,
         assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
     else:
         assert not useful.all()  # the control: uniform groups stay in the batch
+
+
+PARITY = "tests.test_schedules.parity"
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {},
+        {"enabled": True, "max_extra": 1.0},
+        {"enabled": True, "max_extra": 1.0, "upfront": True, "retry": 1, "success_reward": PARITY},
+    ],
+    ids=["alone", "dynamic", "upfront-retry"],
+)
+def test_downsampling_trains_the_rows_of_each_group_whose_rewards_vary_most(tiny_model_dir, tmp_path, sampling):
+    from itertools import combinations
+
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": PARITY}],  # rewards 0, 1, 2 by length; even answers 1 for all
+        drawn=8,
+        dynamic_sampling={**sampling, "downsample_to": 4},
+    )
+    scored, downsample = [], trainer._downsample
+
+    def spy(batch):
+        out = downsample(batch)
+        scored.append((batch, trainer._row_rewards.clone(), out))
+        return out
+
+    trainer._downsample = spy
+    inputs = next(b for b in trainer.get_train_dataloader() if any(r["answer"] % 2 for r in b))
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions(inputs)
+    assert batch["advantages"].numel() == 16  # 4 groups of 4 of the 8 drawn per prompt
+    assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
+    drawn, rewards, kept = scored[0]
+    # TRL's advantages over the 8 rows drawn, and the formula down-sampling applies to the rows it keeps.
+    assert group_advantages(rewards, 8).tolist() == pytest.approx(drawn["advantages"].tolist(), abs=1e-5)
+    for g in range(4):
+        rows = drawn["completion_ids"][8 * g : 8 * g + 8].tolist()
+        picked = [rows.index(r) for r in kept["completion_ids"][4 * g : 4 * g + 4].tolist()]
+        values = rewards[8 * g : 8 * g + 8]
+        best = max(torch.tensor(c).var(unbiased=False).item() for c in combinations(values.tolist(), 4))
+        assert values[picked].var(unbiased=False).item() == pytest.approx(best)
+        expected = group_advantages(values[picked], 4)
+        assert kept["advantages"][4 * g : 4 * g + 4].tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+    metrics = trainer._metrics["train"]
+    assert metrics["downsample/reward_std_kept"][0] >= metrics["downsample/reward_std_drawn"][0] > 0
+    if sampling:  # groups of 4 counted as groups; the extra rollouts in rows drawn (8 per prompt)
+        assert informative_groups(batch["advantages"], 4).all()
+        assert metrics["dynamic/extra_rollouts"][0] % 8 == 0 and metrics["dynamic/extra_rollouts"][0] > 0
+
+
+def test_a_downsampled_run_trains_its_kept_rows_in_micro_batches(tiny_model_dir, tmp_path):
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        [{"name": PARITY}],
+        drawn=8,
+        dynamic_sampling={"enabled": True, "max_extra": 1.0, "downsample_to": 4},
+        train_pass={"micro_batch_rows": 4},  # one kept group per micro-batch
+    )
+    trainer.skip_zero_advantage = True  # as a run trains
+    lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    assert any(not torch.equal(p, dict(trainer.model.named_parameters())[n]) for n, p in lora.items())
+    logged = trainer.state.log_history[0]
+    assert logged["downsample/reward_std_kept"] >= logged["downsample/reward_std_drawn"]
 
 
 @pytest.mark.parametrize("upfront", [True, False])

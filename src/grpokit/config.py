@@ -220,7 +220,14 @@ class DynamicSamplingSection:
     rounds of equal size, as they do drawn one after the other). Not with `replay`, whose prompts depend on
     the batch's own rewards. With `retry`, the failed prompts of the batch and of that round are retried
     after it, on an allowance of their own (at most one batch's worth of groups per step, drawn only while
-    the batch lacks informative groups): a step with no failed prompt is one decode."""
+    the batch lacks informative groups): a step with no failed prompt is one decode.
+
+    `downsample_to`: of the grpo.num_generations completions drawn for each prompt, only this many train:
+    those whose rewards vary most (PODS's max-variance down-sampling: some of the best and the rest of the
+    worst), with advantages computed over them. Rollouts cost far less per row than the training pass, so
+    a larger group finds a right (or a wrong) answer more often while the pass trains no more rows: a
+    prompt with 1 right answer in 8 trains that one against 3 wrong ones where a group of 4 would often
+    hold none. Works with or without `enabled`; dynamic sampling then counts groups of this size."""
 
     enabled: bool = False
     max_extra: float = 1.0  # extra rollouts per step, in batches (1.0: at most one more batch's worth)
@@ -229,8 +236,14 @@ class DynamicSamplingSection:
     success_reward: str = "correctness"  # what `retry` calls success: this reward at 1 (or more)
     guide: bool = False
     upfront: bool = False
+    downsample_to: int | None = None  # rows trained per group (None: every row drawn)
 
     def validate(self) -> None:
+        if self.downsample_to is not None and self.downsample_to < 2:
+            raise RecipeError(
+                f"dynamic_sampling.downsample_to={self.downsample_to}; use >= 2 (a group of one row has no "
+                "advantage), or leave it out to train every completion"
+            )
         if self.max_extra < 0:
             raise RecipeError(f"dynamic_sampling.max_extra={self.max_extra}; it must be >= 0")
         if self.replay < 0:
@@ -656,6 +669,23 @@ def validate_recipe(recipe: Recipe) -> None:
             raise RecipeError(f"stage {stage.name!r}: {err}" if recipe.stages else str(err)) from err
 
 
+def _validate_downsampling(recipe: Recipe) -> None:
+    keep, grpo = recipe.dynamic_sampling.downsample_to, recipe.grpo
+    drawn = int(grpo.get("num_generations", 8))  # TRL's default
+    if keep >= drawn:
+        raise RecipeError(
+            f"dynamic_sampling.downsample_to={keep} keeps every one of grpo.num_generations={drawn} completions; "
+            f"draw more (e.g. grpo.num_generations: {2 * keep}) or leave downsample_to out"
+        )
+    if recipe.launch.processes > 1:
+        raise RecipeError("dynamic_sampling.downsample_to runs in one process; set launch.processes: 1 or leave it out")
+    if grpo.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+        raise RecipeError(
+            "dynamic_sampling.downsample_to computes advantages from the summed reward; set "
+            "grpo.multi_objective_aggregation: sum_then_normalize, or leave downsample_to out"
+        )
+
+
 def _validate_stage(recipe: Recipe, kind: str) -> None:
     # Imported here: the registries import torch-free modules only, but they need the task classes.
     from grpokit import confine, sandbox
@@ -708,6 +738,8 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
         )
     if sampling.enabled and recipe.launch.processes > 1:
         raise RecipeError("dynamic_sampling runs in one process; set launch.processes: 1 or turn it off")
+    if sampling.downsample_to is not None:
+        _validate_downsampling(recipe)
     if not recipe.rewards:
         raise RecipeError(
             f"the recipe has no rewards; add e.g. rewards: [{{name: format}}, {{name: correctness}}] "

@@ -78,6 +78,7 @@ def build_trainer(
         dynamic_retry=recipe.dynamic_sampling.retry if recipe.dynamic_sampling.enabled else 0,
         retry_reward=recipe.dynamic_sampling.success_reward,
         dynamic_upfront=recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.upfront,
+        downsample_to=recipe.dynamic_sampling.downsample_to,
         guide=_guide(task) if recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.guide else None,
         curriculum=_curriculum(recipe, tokenizer),
         adaptive=_adaptive(recipe),

@@ -5,6 +5,8 @@ object the trainer calls once per step; they are plain Python, tested without a 
 
 - `fill_batch` is DAPO's dynamic sampling: it keeps the groups whose rewards differ (the others have
   advantage 0 and teach nothing) and fills the batch with them from extra rollouts.
+- `max_variance_rows` and `group_advantages` are PODS's down-sampling: of the completions drawn for a prompt,
+  the training pass takes the few whose rewards vary most, with advantages over those rows.
 - `failing_groups` finds the groups none of whose completions succeeded, which dynamic sampling's `retry`
   rolls out again within the step (Reinforce-Ada's adaptive sampling: a few more tries may draw the answer).
 - `Replay` holds the prompts whose groups taught something, so that later steps' extra rollouts draw
@@ -48,6 +50,56 @@ def failing_groups(advantages: torch.Tensor, success: torch.Tensor, group: int) 
     solved = success.view(-1, group) >= 1
     unknown = torch.isnan(success.view(-1, group)).any(dim=1)
     return ~informative_groups(advantages, group) & ~solved.any(dim=1) & ~unknown
+
+
+def max_variance_rows(rewards: torch.Tensor, group: int, keep: int) -> torch.Tensor:
+    """[B] rewards (groups of `group` rows in a row) -> [B] mask of the `keep` rows of each group whose
+    rewards vary most (PODS's max-variance down-sampling: some of the highest and the rest of the lowest,
+    the split that maximises the variance). A group whose rewards are all equal keeps its first rows; an
+    unscorable row (NaN) is kept only when too few rows were scored.
+
+    >>> max_variance_rows(torch.tensor([0.0, 1.0, 0.5, 0.0]), 4, 2).tolist()
+    [False, True, False, True]
+    """
+    out = torch.zeros_like(rewards, dtype=torch.bool)
+    for start in range(0, rewards.numel(), group):
+        values = rewards[start : start + group]
+        scored = (~torch.isnan(values)).nonzero().squeeze(1)
+        if scored.numel() <= keep:  # every scored row, then unscorable ones (advantage 0) up to `keep`
+            rest = torch.isnan(values).nonzero().squeeze(1)[: keep - scored.numel()]
+            out[start + torch.cat([scored, rest])] = True
+            continue
+        # One order, high to low (ties: first drawn first), so the highest and the lowest never overlap.
+        order = scored[torch.sort(values[scored], descending=True, stable=True).indices]
+        best, best_var = order[:keep], -1.0
+        for top in range(keep, -1, -1):  # `top` highest and `keep - top` lowest rows
+            rows = torch.cat([order[:top], order[order.numel() - (keep - top) :]])
+            var = float(values[rows].var(unbiased=False))
+            if var > best_var + 1e-12:
+                best, best_var = rows, var
+        out[start + best] = True
+    return out
+
+
+def group_advantages(rewards: torch.Tensor, group: int, scale: str = "group") -> torch.Tensor:
+    """[B] rewards -> [B] advantages as TRL's sum_then_normalize computes them for groups of `group` rows:
+    the reward less its group's mean, divided by the group's (`scale: group`) or the batch's (`batch`)
+    standard deviation plus 1e-4, or not divided (`none`); unscorable rows (NaN) are left out and get 0.
+
+    >>> group_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0]), 2, "none").tolist()
+    [0.5, -0.5, 0.0, 0.0]
+    """
+    from trl.trainer.utils import nanstd  # TRL's own (Bessel-corrected, NaN-aware): the same advantages
+
+    grouped = rewards.view(-1, group)
+    advantages = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    if scale == "group":
+        advantages = advantages / (nanstd(grouped, dim=1).unsqueeze(1) + 1e-4)
+    elif scale == "batch":
+        advantages = advantages / (nanstd(rewards) + 1e-4)
+    elif scale != "none":
+        raise ValueError(f"scale_rewards={scale!r}; use group, batch or none")
+    return torch.nan_to_num(advantages, nan=0.0).view(-1)
 
 
 def fill_batch(

@@ -44,7 +44,9 @@ from grpokit.schedules import (
     extra_prompt_rows,
     failing_groups,
     fill_batch,
+    group_advantages,
     informative_groups,
+    max_variance_rows,
 )
 from grpokit.tasks.base import tokenize_prompts
 
@@ -68,6 +70,7 @@ class GrpoTrainer(GRPOTrainer):
         dynamic_retry: int = 0,
         retry_reward: str = "correctness",
         dynamic_upfront: bool = False,
+        downsample_to: int | None = None,
         guide: Callable[[dict[str, Any]], str] | None = None,
         curriculum: tuple[Curriculum, list[Any], str] | None = None,
         adaptive: AdaptiveWeights | None = None,
@@ -103,6 +106,11 @@ class GrpoTrainer(GRPOTrainer):
         # The first extra round drawn with the batch's own groups, in one rollout (not with replay).
         self.upfront = bool(dynamic_upfront and dynamic_max_extra and self.replay is None)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
+        # PODS's down-sampling: each group's rows whose rewards vary most train, this many of num_generations.
+        self.downsample_to = downsample_to if downsample_to and downsample_to < self.num_generations else None
+        if self.downsample_to and self.accelerator.num_processes > 1:
+            raise ValueError("dynamic_sampling.downsample_to runs in one process; leave it out to train on several")
+        self._row_rewards: torch.Tensor | None = None  # the last scored batch's summed reward per row
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -427,6 +435,10 @@ class GrpoTrainer(GRPOTrainer):
             rewards_per_func[failed] = torch.nan
         if self.retry and self.retry_reward in self.reward_func_names:
             self._row_success = rewards_per_func[:, self.reward_func_names.index(self.retry_reward)].clone()
+        if self.downsample_to:  # TRL's summed reward (sum_then_normalize), which down-sampling selects on
+            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+            self._row_rewards = (rewards_per_func * weights).nansum(dim=1)
+            self._row_rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         mode = "train" if self.model.training else "eval"
         for name, share in groups_all_failing(rewards_per_func, self.num_generations, self.reward_func_names).items():
             self._metrics[mode][f"rewards/{name}/groups_all_fail"].append(share)
@@ -519,7 +531,9 @@ class GrpoTrainer(GRPOTrainer):
         batch = self._score(inputs + extra)
         row_success, drawn = self._row_success, None
         if extra:  # the batch's own rows first, then the extra round's
-            own = torch.arange(len(inputs) + len(extra)) < len(inputs)
+            group = self.num_generations
+            own = torch.arange((len(inputs) + len(extra)) // group) < len(inputs) // group  # [groups]
+            own = own.repeat_interleave(self._group_rows)  # [rows scored]
             theirs = None if row_success is None else row_success[~own]
             row_success = None if row_success is None else row_success[own]
             batch, drawn = _select_rows(batch, own), (extra, _select_rows(batch, ~own), theirs)
@@ -560,7 +574,31 @@ class GrpoTrainer(GRPOTrainer):
             if hasattr(func, "errors"):  # grpokit's adapter: failures since the last batch
                 self._metrics[mode][f"rewards/{func.__name__}/errors"].append(float(func.errors))
                 func.errors = 0
+        if mode == "train" and self.downsample_to:
+            batch = self._downsample(batch)
         return batch
+
+    @property
+    def _group_rows(self) -> int:
+        """Rows per group in a scored training batch: downsample_to, else every row drawn."""
+        return self.downsample_to or self.num_generations
+
+    def _downsample(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """`batch` (groups of num_generations rows) -> the `downsample_to` rows of each group whose summed
+        rewards vary most, with advantages over those rows (TRL's formula); logs the mean within-group reward
+        standard deviation drawn and kept."""
+        keep, rewards = self.downsample_to, self._row_rewards
+        mask = max_variance_rows(rewards, self.num_generations, keep)  # [B]
+        out = _select_rows(batch, mask.to(batch["advantages"].device))
+        out["advantages"] = group_advantages(rewards[mask], keep, self.scale_rewards).to(batch["advantages"].device)
+        out["num_items_in_batch"] = out["completion_mask"].sum()  # the loss's normaliser: the rows that train
+        if self._row_success is not None:
+            self._row_success = self._row_success[mask]
+        metrics = self._metrics["train"]
+        for name, values, group in (("drawn", rewards, self.num_generations), ("kept", rewards[mask], keep)):
+            spread = torch.nan_to_num(values.view(-1, group).std(dim=1), nan=0.0).mean()
+            metrics[f"downsample/reward_std_{name}"].append(float(spread))
+        return out
 
     def _success_rates(self) -> dict[str, float]:
         """Each reward's mean over the batch just scored (TRL's rewards/<name>/mean)."""
@@ -596,9 +634,9 @@ class GrpoTrainer(GRPOTrainer):
         """The batch refilled with informative groups (grpokit.schedules.fill_batch). `row_success`: the
         batch's success reward per row (for retry); `drawn`: the first extra round's rows, scored batch and
         success, already rolled out with the batch (upfront)."""
-        group = self.num_generations
+        group, kept = self.num_generations, self._group_rows  # rows drawn per prompt; rows per scored group
         data = self._prompt_data()
-        size = batch["advantages"].numel() // group
+        size = batch["advantages"].numel() // kept
         rounds = iter(range(1, 1_000_000))
         found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
         failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
@@ -618,11 +656,11 @@ class GrpoTrainer(GRPOTrainer):
         def queue(rows, tries, retries, scored, success: torch.Tensor | None) -> int:
             if self.replay is None and not self.retry:  # nothing to queue or count
                 return 0
-            useful = informative_groups(scored["advantages"], group).tolist()
+            useful = informative_groups(scored["advantages"], kept).tolist()
             if self.replay is not None:
                 found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
             if self.retry and success is not None:
-                lost = failing_groups(scored["advantages"], success, group).tolist()
+                lost = failing_groups(scored["advantages"], success, kept).tolist()
                 failed.extend((row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < self.retry)
             return sum(useful)
 
@@ -692,9 +730,10 @@ class GrpoTrainer(GRPOTrainer):
 
         first = list(inputs[::group])
         queue(first, [0] * len(first), [0] * len(first), batch, row_success)
-        batch, stats = fill_batch(batch, more, group, budget + allowance, self._tokenizer.pad_token_id)
+        batch, stats = fill_batch(batch, more, kept, budget + allowance, self._tokenizer.pad_token_id)
+        stats["dynamic/extra_rollouts"] *= group / kept  # rows drawn, of which `kept` per group were scored
         if ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
-            stats["dynamic/extra_rollouts"] += float(ready[0][1]["advantages"].numel())
+            stats["dynamic/extra_rollouts"] += float(ready[0][1]["advantages"].numel() // kept * group)
         if self.replay is not None:
             self.replay.push(found)
             stats["dynamic/replayed"] = float(counts["replayed"])
