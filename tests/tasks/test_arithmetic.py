@@ -67,6 +67,11 @@ def test_ground_truth_follows_precedence(nums, ops, value):
         ([10, 6, 9], ["+", "*"], "all", ["6 * 9 = 54.", "10 + 54 = 64."]),  # no digit: one step
         ([2, 3, 4], ["+", "*"], "all", ["3 * 4 = 12.", "2 + 2 = 4.", "10 + 4 = 14."]),
         ([8, 5, 2], ["-", "*"], "all", ["5 * 2 = 10.", "8 - 10 = -2."]),  # subtraction is never split
+        ([10, 6, 9], ["+", "*"], "any", ["6 * 9 = 54.", "4 + 10 = 14.", "50 + 14 = 64."]),  # sums with 10 too
+        ([6, 2, 10], ["*", "+"], "any", ["6 * 2 = 12.", "2 + 10 = 12.", "10 + 12 = 22."]),
+        ([10, 10, 1], ["+", "*"], "any", ["10 * 1 = 10.", "0 + 10 = 10.", "10 + 10 = 20."]),
+        ([3, 6, 9], ["+", "*"], "any", ["6 * 9 = 54.", "4 + 3 = 7.", "50 + 7 = 57."]),  # as all with a digit
+        ([2, 1, 3], ["+", "*"], "any", ["1 * 3 = 3.", "2 + 3 = 5."]),  # both terms under 10: one step
     ],
 )
 def test_split_sums_write_the_units_then_the_tens(nums, ops, mode, steps):

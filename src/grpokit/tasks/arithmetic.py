@@ -21,7 +21,7 @@ from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, split_of
 
 OPERATORS = ("+", "-", "*")
-SPLIT_SUMS = ("none", "carries", "all")
+SPLIT_SUMS = ("none", "carries", "all", "any")
 _MAX_DRAWS = 1000  # a split of a tiny problem space may be empty: fail instead of spinning
 _INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only: int() would also accept '３' or '٣'
 
@@ -36,7 +36,8 @@ class ArithmeticConfig:
     all_operators: bool = True
     # How worked steps write a sum of a number >= 10 and a digit: "none" in one step (`54 + 6 = 60.`),
     # "carries" in two when the units carry (`4 + 6 = 10. 50 + 10 = 60.`: the units, then the tens), "all"
-    # in two always (`4 + 3 = 7. 50 + 7 = 57.` too). The demonstrations and the `steps` reward follow it.
+    # in two always (`4 + 3 = 7. 50 + 7 = 57.` too), "any" in two whenever the larger term is >= 10, whatever
+    # the other (`4 + 10 = 14. 50 + 14 = 64.` too). The demonstrations and the `steps` reward follow it.
     split_sums: str = "none"
     # Share of the problem space held out for evaluation; training never draws from it.
     eval_fraction: float = 0.2
@@ -140,7 +141,9 @@ def solve(nums: list[int], ops: list[str], split_sums: str = "none") -> tuple[li
 
 def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     """`x + y` as the units' sum, then the tens plus it, when one term is a digit and the other is not
-    (`mode` "all"), only when the units carry ("carries"), or never ("none": None, one step).
+    (`mode` "all"), only when the units carry ("carries"), whenever the larger term is >= 10 ("any": the
+    larger term's units plus the other, then its tens plus that), or never ("none": None, one step). A
+    negative term is never split.
 
     >>> split_sum(54, 7)
     ['4 + 7 = 11.', '50 + 11 = 61.']
@@ -150,7 +153,15 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     ['4 + 3 = 7.', '50 + 7 = 57.']
     >>> split_sum(54, 3, "carries") is None  # no carry: one step
     True
+    >>> split_sum(10, 54, "any")  # the other term need not be a digit
+    ['4 + 10 = 14.', '50 + 14 = 64.']
     """
+    if mode == "any":
+        big, other = (x, y) if x >= y else (y, x)
+        if big < 10 or other < 0:
+            return None
+        units, tens = big % 10, big - big % 10
+        return [f"{units} + {other} = {units + other}.", f"{tens} + {units + other} = {big + other}."]
     big, digit = (x, y) if y < 10 else (y, x)
     if mode == "none" or not (0 <= digit < 10 <= big) or (mode == "carries" and big % 10 + digit < 10):
         return None
