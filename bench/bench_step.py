@@ -2,15 +2,15 @@
 
 Two workloads, the same for every contender within one:
 
-- `--workload recipe` (the headline, what a run really does): the default recipe's GRPO step on the
-  model as its warm-up leaves it: the recipe's prompts, its sampling
-  (T=1, at most 64 tokens, natural lengths), its rewards and its LoRA adapter; every contender gets the
-  recipe's prompts per step and group size (8 x 4 in the default recipe). The warm-up is trained
-  once by the recipe's own sft stage and cached in `<out>/warm-model` (or `--warm ADAPTER_DIR`, a run's
-  saved warm-up adapter). Every contender starts from that model with a fresh LoRA adapter (B = 0, so
-  the policy is the warm-up model). grpokit runs as the recipe configures it (dynamic sampling, row
-  skipping, shared prefix, micro-batches); `grpokit-one-batch` without dynamic sampling does TRL's
-  amount of sampling.
+- `--workload recipe` (the headline, what a run really does): the default recipe's GRPO step on the model
+  as its warm-up leaves it: the recipe's prompts, its sampling (T=1, at most 64 tokens, natural lengths),
+  its rewards and its LoRA adapter; every contender gets the recipe's prompts per step and group size (8 x
+  8 drawn in the default recipe, of which grpokit trains the 4 of each group whose rewards vary most, as
+  the recipe's `dynamic_sampling.downsample_to` says). The warm-up is trained once by the recipe's own sft
+  stage and cached in `<out>/warm-model` (or `--warm ADAPTER_DIR`, a run's saved warm-up adapter). Every
+  contender starts from that model with a fresh LoRA adapter (B = 0, so the policy is the warm-up model).
+  grpokit runs as the recipe configures it (dynamic sampling, row skipping, shared prefix, micro-batches);
+  `grpokit-one-batch` without dynamic sampling does TRL's amount of sampling.
 - `--workload forced`: SmolLM2-135M-Instruct, the arithmetic task's first 4 training prompts x 8
   completions, exactly 64 completion tokens each (`min_new_tokens` forces the length), strict format +
   correctness. On the untouched model every reward is 0, so grpokit's row skipping trains nothing: that
@@ -199,6 +199,7 @@ def grpokit_kwargs(name: str, work: Workload) -> dict[str, Any]:
         "micro_batch_rows": recipe.train_pass.micro_batch_rows,
         "dynamic_max_extra": recipe.dynamic_sampling.max_extra if dynamic else None,
         "dynamic_upfront": dynamic and recipe.dynamic_sampling.upfront,
+        "downsample_to": recipe.dynamic_sampling.downsample_to if name == "grpokit" else None,
     }
 
 
