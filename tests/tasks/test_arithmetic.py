@@ -80,6 +80,20 @@ def test_split_sums_write_the_units_then_the_tens(nums, ops, mode, steps):
     assert value == solve(nums, ops)[1]
 
 
+@pytest.mark.parametrize("mode", ["all", "any"])
+def test_every_demonstration_earns_every_step_and_is_right(mode):
+    from grpokit.rewards import make_reward
+
+    task = build_task("arithmetic", {"split_sums": mode})
+    reward = make_reward("steps", task)
+    rows = task.dataset("eval", 200)
+    tens = [row for row in rows if " 10 " in f" {row['question'].rstrip('?')} "]
+    assert tens  # sums with 10 among them: `any` splits them, `all` writes them whole
+    for row in rows:
+        assert reward(task.demonstration(row), row) == 1.0
+        assert task.score(task.demonstration(row), row) == 1.0
+
+
 def test_split_sum_demonstrations_earn_every_step():
     """With split carries the `steps` reward wants the split: the sum written whole earns only the product."""
     from grpokit.rewards import make_reward
