@@ -108,6 +108,7 @@ def fill_batch(
     group: int,
     max_extra_groups: int,
     pad_id: int,
+    rows_drawn: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """A batch of as many groups as `first` has, informative groups first.
 
@@ -115,7 +116,9 @@ def fill_batch(
     trainer's own form (parts of a round drawn from different sources, e.g. retries and new prompts);
     `wanted` is the number of informative groups the batch still lacks; an empty list ends the rounds. Rounds
     go on until the informative groups fill the batch or `max_extra_groups` extra groups were drawn; uniform
-    groups fill what is left (their gradient is exactly zero). Returns the batch and its statistics.
+    groups fill what is left (their gradient is exactly zero). `rows_drawn`: rows rolled out per group, when
+    more than the `group` scored (down-sampling); extra rollouts are counted in them. Returns the batch and
+    its statistics.
     """
     size = first["advantages"].numel() // group
     batches, extra = [first], 0
@@ -138,7 +141,7 @@ def fill_batch(
     merged = _take_groups(batches, chosen, group, pad_id)
     stats = {
         "dynamic/kept_frac": min(len(picks), size) / size,  # informative groups in the batch that trains
-        "dynamic/extra_rollouts": float(extra * group),
+        "dynamic/extra_rollouts": float(extra * (rows_drawn or group)),
         "dynamic/informative_drawn_frac": len(picks) / (size + extra),
     }
     return merged, stats

@@ -730,8 +730,7 @@ class GrpoTrainer(GRPOTrainer):
 
         first = list(inputs[::group])
         queue(first, [0] * len(first), [0] * len(first), batch, row_success)
-        batch, stats = fill_batch(batch, more, kept, budget + allowance, self._tokenizer.pad_token_id)
-        stats["dynamic/extra_rollouts"] *= group / kept  # rows drawn, of which `kept` per group were scored
+        batch, stats = fill_batch(batch, more, kept, budget + allowance, self._tokenizer.pad_token_id, rows_drawn=group)
         if ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
             stats["dynamic/extra_rollouts"] += float(ready[0][1]["advantages"].numel() // kept * group)
         if self.replay is not None:

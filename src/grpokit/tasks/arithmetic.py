@@ -156,17 +156,16 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     >>> split_sum(10, 54, "any")  # the other term need not be a digit
     ['4 + 10 = 14.', '50 + 14 = 64.']
     """
-    if mode == "any":
-        big, other = (x, y) if x >= y else (y, x)
-        if big < 10 or other < 0:
-            return None
-        units, tens = big % 10, big - big % 10
-        return [f"{units} + {other} = {units + other}.", f"{tens} + {units + other} = {big + other}."]
-    big, digit = (x, y) if y < 10 else (y, x)
-    if mode == "none" or not (0 <= digit < 10 <= big) or (mode == "carries" and big % 10 + digit < 10):
+    big, other = max(x, y), min(x, y)
+    splits = {
+        "any": big >= 10 and other >= 0,
+        "all": 0 <= other < 10 <= big,
+        "carries": 0 <= other < 10 <= big and big % 10 + other >= 10,
+    }
+    if not splits.get(mode, False):  # "none": one step
         return None
     units, tens = big % 10, big - big % 10
-    return [f"{units} + {digit} = {units + digit}.", f"{tens} + {units + digit} = {big + digit}."]
+    return [f"{units} + {other} = {units + other}.", f"{tens} + {units + other} = {big + other}."]
 
 
 def _listed(example: Example) -> str:
