@@ -1,4 +1,5 @@
 from collections import Counter
+from itertools import permutations, product
 
 import pytest
 
@@ -6,7 +7,7 @@ from grpokit.config import RecipeError
 from grpokit.expressions import evaluate_expression
 from grpokit.parsing import extract_answer
 from grpokit.tasks import build_task
-from grpokit.tasks.countdown import load_rows
+from grpokit.tasks.countdown import _worked, load_rows, simplest_chain
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,75 @@ def test_search_demonstrations_check_their_tries_and_end_on_the_solution(attempt
                 assert evaluate_expression(left, allow_unary_minus=True).value == int(right), step  # every step true
         assert solution.endswith(f"= {row['target']}")
     assert set(tries_seen) == set(range(attempts + 1))  # 0..attempts wrong tries, each count seen
+
+
+def test_worked_demonstrations_fold_the_numbers_in_one_true_step_at_a_time():
+    params = {"min_numbers": 3, "max_numbers": 4, "max_value": 20, "max_target": 50}
+    worked = build_task("countdown", {**params, "demonstration": "worked"})
+    chains = 0
+    for row in worked.dataset("train", 150, distinct=False):
+        demonstration = worked.demonstration(row)
+        assert worked.score(demonstration, row) == 1.0
+        steps = demonstration.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
+        assert steps[-1].endswith(f"= {row['target']}")
+        for step in steps:
+            left, right = step.split(" = ")
+            assert evaluate_expression(left, allow_unary_minus=True).value == int(right), step  # every step true
+        chain = simplest_chain(row["nums"], row["target"])
+        assert (chain and chain[1]) == _brute_force_chain(row["nums"], row["target"])
+        if chain is not None:
+            chains += 1
+            assert steps == chain[1] and extract_answer(demonstration) == chain[0]
+            for step in steps:
+                high, _, low, _, result = step.split(" ")
+                assert int(high) >= int(low) >= 0 and int(result) >= 0, step  # larger first, whole numbers >= 0
+        else:  # two pairs joined: the generator's own solution, worked
+            assert steps == _worked(row["solution"])
+    assert 140 <= chains < 150  # most problems fold in a chain; some 4-number ones only in pairs
+
+
+def test_tries_demonstrations_find_the_last_step_by_trying_each_operator_in_turn():
+    params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50}
+    tries = build_task("countdown", {**params, "demonstration": "tries"})
+    worked = build_task("countdown", {**params, "demonstration": "worked"})
+    tried = Counter()
+    for row in tries.dataset("train", 150, distinct=False):
+        demonstration, plain = tries.demonstration(row), worked.demonstration(row)
+        assert tries.score(demonstration, row) == 1.0
+        assert extract_answer(demonstration) == extract_answer(plain)  # the same solution, the same answer
+        steps = demonstration.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
+        chain = plain.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
+        assert steps[: len(chain) - 1] == chain[:-1] and steps[-1] == chain[-1]
+        last = chain[-1].split(" ")
+        ops = []
+        for step in steps[len(chain) - 1 :]:
+            high, op, low, _, result = step.split(" ")
+            assert (high, low) == (last[0], last[2])  # the same two values each try
+            assert evaluate_expression(f"{high} {op} {low}").value == int(result), step  # every try true
+            ops.append(op)
+            if step != steps[-1]:
+                assert int(result) != row["target"], step  # no try before the last lands
+        assert ops == sorted(ops, key="+-*/".index) and len(set(ops)) == len(ops)  # + - * / in turn
+        tried[len(ops) - 1] += 1
+    assert tried[0] and tried[1] and tried[2]  # landed at once, after one try, after two
+
+
+def _brute_force_chain(nums, target):
+    """Every order and every operator sequence; the earliest order, then the operators in the order + - * /."""
+    found = []
+    for order in permutations(range(len(nums))):
+        for ops in product("+-*/", repeat=len(nums) - 1):
+            value, steps = nums[order[0]], []
+            for op, i in zip(ops, order[1:], strict=True):
+                high, low = max(value, nums[i]), min(value, nums[i])
+                if op == "/" and (low == 0 or high % low):
+                    break
+                value = {"+": high + low, "-": high - low, "*": high * low, "/": high // max(low, 1)}[op]
+                steps.append(f"{high} {op} {low} = {value}")
+            else:
+                if value == target:
+                    found.append(((order, ["+-*/".index(op) for op in ops]), steps))
+    return min(found)[1] if found else None
 
 
 def test_search_keeps_the_problems():
@@ -105,7 +175,7 @@ def test_loads_the_countdown_tasks_schema(task):
 def test_bad_config(task):
     with pytest.raises(RecipeError, match="task.params"):
         build_task("countdown", {"min_numbers": 5, "max_numbers": 3})
-    with pytest.raises(RecipeError, match="demonstration='trace'; use 'solution' or 'search'"):
+    with pytest.raises(RecipeError, match="demonstration='trace'; use one of solution, worked, tries, search"):
         build_task("countdown", {"demonstration": "trace"})
 
 

@@ -32,6 +32,7 @@ from grpokit.tasks.base import Example, Task, partition, split_of
 _APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 _OPS = tuple(_APPLY)
 _MAX_DRAWS = 2000
+DEMONSTRATIONS = ("solution", "worked", "tries", "search")
 
 
 @dataclass
@@ -48,15 +49,20 @@ class CountdownConfig:
     # with `nums` and `target`; its train split is partitioned into train/eval by a stable hash.
     source: str | None = None
     limit: int | None = None
-    # The sft stage's thought: "solution" writes the solution's equation (`12 * 2 + 7 = 31`); "search"
-    # writes up to `search_attempts` wrong tries, each worked step by step with its miss, then the
+    # The sft stage's thought: "solution" writes the solution's equation (`12 * 2 + 7 = 31`); "worked"
+    # folds the numbers in one step at a time, larger number first, every step a whole number >= 0
+    # (`12 * 2 = 24, 24 + 7 = 31.`; the question's order and + - * / preferred, `simplest_chain`), so
+    # every value the policy writes is one it computed and only the last step must land; "tries" is
+    # "worked" with the last step found by trying + - * / in turn on the same two values, every try
+    # written (`15 + 5 = 20, 20 + 8 = 28, 20 - 8 = 12.` for 12: `last_step_tries`); "search" writes up to
+    # `search_attempts` wrong tries, each worked step by step with its miss, then the generator's
     # solution worked the same way (Stream of Search, Gandhi et al. 2024): a thought that checks its tries.
     demonstration: str = "solution"
     search_attempts: int = 2
 
     def validate(self) -> None:
-        if self.demonstration not in ("solution", "search"):
-            raise ValueError(f"demonstration={self.demonstration!r}; use 'solution' or 'search'")
+        if self.demonstration not in DEMONSTRATIONS:
+            raise ValueError(f"demonstration={self.demonstration!r}; use one of {', '.join(DEMONSTRATIONS)}")
         if not 0 <= self.search_attempts <= 5:
             raise ValueError(f"search_attempts={self.search_attempts}; use 0..5 wrong tries before the solution")
         if not 2 <= self.min_numbers <= self.max_numbers <= 6:
@@ -188,6 +194,15 @@ class CountdownTask(Task):
             tries = _wrong_tries(example["nums"], target, self.config.search_attempts)
             worked = ", ".join(_worked(solution))
             thought = " ".join([*(f"{', '.join(steps)}, not {target}." for steps in tries), f"{worked}."])
+        elif self.config.demonstration in ("worked", "tries"):
+            chain = simplest_chain(example["nums"], target)
+            if chain is not None:  # else (4+ numbers joined in pairs only) the generator's solution, worked
+                solution, steps = chain
+                if self.config.demonstration == "tries":
+                    steps = [*steps[:-1], *last_step_tries(steps[-1])]
+            else:
+                steps = _worked(solution)
+            thought = f"{', '.join(steps)}."
         else:
             thought = f"{solution} = {target}"
         return f"{t.think_open}{thought}{t.think_close}{t.answer_open}{solution}{t.answer_close}"
@@ -241,6 +256,69 @@ def _wrong_tries(nums: list[int], target: int, most: int) -> list[list[str]]:
         seen.add(combined[0])
         tries.append(combined[2])
     return tries
+
+
+def simplest_chain(nums: list[int], target: int) -> tuple[str, list[str]] | None:
+    """The simplest solution that folds the numbers in one at a time: its expression and its steps.
+
+    Each step combines the running value with the next number, the larger operand written first, and
+    must give a whole number >= 0. Simplest: the numbers in the question's order if they can be, and
+    each operator the first, in the order + - * /, from which the rest can reach the target: a policy
+    that adds the first two numbers unless it cannot, then looks for the step that lands. None when no
+    chain reaches the target (4+ numbers may need two pairs).
+
+    >>> simplest_chain([20, 1, 5], 16)
+    ('(20 + 1) - 5', ['20 + 1 = 21', '21 - 5 = 16'])
+    >>> simplest_chain([7, 17, 4], 11)
+    ('(7 * 4) - 17', ['7 * 4 = 28', '28 - 17 = 11'])
+    """
+    best: tuple[tuple, str, list[str]] | None = None
+
+    def fold(text: str, value: int, rest: list[int], order: tuple, ops: tuple, steps: list[str]) -> None:
+        nonlocal best
+        if not rest:
+            key = (order, [_OPS.index(op) for op in ops])
+            if value == target and (best is None or key < best[0]):
+                best = (key, text, steps)
+            return
+        for i in rest:
+            n = nums[i]
+            for op in _OPS:
+                high, low = (value, n) if value >= n else (n, value)
+                if op == "/" and (low == 0 or high % low):
+                    continue
+                left, right = (text, str(n)) if value >= n else (str(n), text)
+                result = int(_APPLY[op](Fraction(high), Fraction(low)))
+                step = f"{high} {op} {low} = {result}"
+                others = [j for j in rest if j != i]
+                fold(f"({left} {op} {right})", result, others, (*order, i), (*ops, op), [*steps, step])
+
+    if len(nums) > 4:
+        return None  # 5! x 4^4 chains and more: the generator's solution serves
+    for first in range(len(nums)):
+        fold(str(nums[first]), nums[first], [j for j in range(len(nums)) if j != first], (first,), (), [])
+    if best is None:
+        return None
+    text = best[1]
+    return (text[1:-1] if text.startswith("(") else text), best[2]
+
+
+def last_step_tries(step: str) -> list[str]:
+    """A chain's last step preceded by the tries of the operators before its own, in the order + - * /,
+    on the same two values (larger first; a division that is not whole is skipped).
+
+    >>> last_step_tries("24 - 7 = 17")
+    ['24 + 7 = 31', '24 - 7 = 17']
+    >>> last_step_tries("12 / 4 = 3")
+    ['12 + 4 = 16', '12 - 4 = 8', '12 * 4 = 48', '12 / 4 = 3']
+    """
+    high, op, low, _, _ = step.split(" ")
+    tries = []
+    for other in _OPS[: _OPS.index(op)]:
+        if other == "/" and int(high) % int(low):
+            continue
+        tries.append(f"{high} {other} {low} = {int(_APPLY[other](Fraction(int(high)), Fraction(int(low))))}")
+    return [*tries, step]
 
 
 def _worked(expression: str) -> list[str]:
