@@ -9,7 +9,8 @@ Two workloads, the same for every contender within one:
   the recipe's `dynamic_sampling.downsample_to` says). The warm-up is trained once by the recipe's own sft
   stage and cached in `<out>/warm-model` (or `--warm ADAPTER_DIR`, a run's saved warm-up adapter). Every
   contender starts from that model with a fresh LoRA adapter (B = 0, so the policy is the warm-up model).
-  grpokit runs as the recipe configures it (dynamic sampling, row skipping, shared prefix, micro-batches);
+  grpokit runs as the recipe configures it (`grpo_stage.trainer_options`, what `grpokit train` hands its
+  trainer: dynamic sampling with its retries and guidance, row skipping, shared prefix, micro-batches);
   `grpokit-one-batch` without dynamic sampling does TRL's amount of sampling.
 - `--workload forced`: SmolLM2-135M-Instruct, the arithmetic task's first 4 training prompts x 8
   completions, exactly 64 completion tokens each (`min_new_tokens` forces the length), strict format +
@@ -40,6 +41,7 @@ numbers. Run: `make bench` (or python bench/bench_step.py --workload recipe --st
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -164,8 +166,6 @@ def contender_config(name: str, out: Path, work: Workload) -> Any:
         from grpokit.config import build_grpo_config, build_recipe
 
         if work.recipe is not None:  # the recipe's own GRPO settings, as `grpokit train` builds them
-            import dataclasses
-
             grpo = {**work.recipe.grpo, "max_steps": 1, "report_to": [], "disable_tqdm": True, "seed": 0}
             output = dataclasses.replace(work.recipe.output, save_every=0)
             return build_grpo_config(dataclasses.replace(work.recipe, grpo=grpo, output=output), out)
@@ -185,22 +185,18 @@ def contender_config(name: str, out: Path, work: Workload) -> Any:
     raise ValueError(name)
 
 
-def grpokit_kwargs(name: str, work: Workload) -> dict[str, Any]:
+def grpokit_kwargs(name: str, work: Workload, task: Any, tokenizer: Any, steps: int) -> dict[str, Any]:
+    """What `grpokit train` hands GrpoTrainer for the recipe (retries and guidance included); the
+    one-batch contender without dynamic sampling or down-sampling: TRL's amount of sampling."""
     if work.recipe is None:
         return {"skip_zero_advantage": name != "grpokit-no-skip"}
-    from grpokit.evaluate import stop_texts
+    from grpokit.grpo_stage import trainer_options
 
     recipe = work.recipe
-    dynamic = recipe.dynamic_sampling.enabled and name == "grpokit"
-    return {
-        "stop_texts": stop_texts(recipe),
-        "rollout_copy": recipe.rollout.merged_copy,
-        "shared_prefix": recipe.train_pass.shared_prefix,
-        "micro_batch_rows": recipe.train_pass.micro_batch_rows,
-        "dynamic_max_extra": recipe.dynamic_sampling.max_extra if dynamic else None,
-        "dynamic_upfront": dynamic and recipe.dynamic_sampling.upfront,
-        "downsample_to": recipe.dynamic_sampling.downsample_to if name == "grpokit" else None,
-    }
+    if name != "grpokit":
+        off = dataclasses.replace(recipe.dynamic_sampling, enabled=False, downsample_to=None)
+        recipe = dataclasses.replace(recipe, dynamic_sampling=off)
+    return trainer_options(recipe, task, tokenizer, steps)
 
 
 def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str, float]:
@@ -222,7 +218,7 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
     data = Dataset.from_list([{**r, "prompt": render_prompt(tokenizer, task.messages(r))} for r in rows])
     rewards = [to_trl(n, make_reward(n, task), timeout=None) for n, _ in work.rewards]
     cls = GrpoTrainer if name.startswith("grpokit") else GRPOTrainer
-    kwargs = grpokit_kwargs(name, work) if cls is GrpoTrainer else {}
+    kwargs = grpokit_kwargs(name, work, task, tokenizer, steps) if cls is GrpoTrainer else {}
     if work.lora:  # the default recipe's adapter, handed to each contender the same way (TRL wraps the model)
         from peft import LoraConfig
 

@@ -85,6 +85,7 @@ def load_script(relative: str):
     try:
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module  # dataclasses look their module up while the script loads
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))

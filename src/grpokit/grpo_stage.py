@@ -66,22 +66,7 @@ def build_trainer(
         train_dataset=_level_data(recipe, tokenizer, 0) if recipe.curriculum.param else train_data,
         processing_class=tokenizer,
         callbacks=[metrics.callback(), stop.callback(), *callbacks],
-        rollout_engine=recipe.rollout.engine,
-        stop_texts=stop_texts(recipe),
-        rollout_copy=recipe.rollout.merged_copy,
-        shared_prefix=recipe.train_pass.shared_prefix,
-        micro_batch_rows=recipe.train_pass.micro_batch_rows,
-        sampler_logprobs=recipe.train_pass.sampler_logprobs,
-        temperature_schedule=_temperature_schedule(recipe, args.max_steps),
-        dynamic_max_extra=recipe.dynamic_sampling.max_extra if recipe.dynamic_sampling.enabled else None,
-        dynamic_replay=recipe.dynamic_sampling.replay if recipe.dynamic_sampling.enabled else 0,
-        dynamic_retry=recipe.dynamic_sampling.retry if recipe.dynamic_sampling.enabled else 0,
-        retry_reward=recipe.dynamic_sampling.success_reward,
-        dynamic_upfront=recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.upfront,
-        downsample_to=recipe.dynamic_sampling.downsample_to,
-        guide=_guide(task) if recipe.dynamic_sampling.enabled and recipe.dynamic_sampling.guide else None,
-        curriculum=_curriculum(recipe, tokenizer),
-        adaptive=_adaptive(recipe),
+        **trainer_options(recipe, task, tokenizer, args.max_steps),
     )
     if os.environ.get(PROBE_ENV):
         trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())
@@ -89,6 +74,30 @@ def build_trainer(
         periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: recipe.eval.every_n], recipe, run_dir, stage)
         trainer.add_callback(periodic.callback())
     return trainer
+
+
+def trainer_options(recipe: Recipe, task: Task, tokenizer: Any, steps: int) -> dict[str, Any]:
+    """What GrpoTrainer adds to TRL's trainer, as the recipe sets it: the rollout engine, the training
+    pass, dynamic sampling, curriculum and adaptive weights (`make bench` hands its grpokit the same)."""
+    dynamic = recipe.dynamic_sampling
+    return {
+        "rollout_engine": recipe.rollout.engine,
+        "stop_texts": stop_texts(recipe),
+        "rollout_copy": recipe.rollout.merged_copy,
+        "shared_prefix": recipe.train_pass.shared_prefix,
+        "micro_batch_rows": recipe.train_pass.micro_batch_rows,
+        "sampler_logprobs": recipe.train_pass.sampler_logprobs,
+        "temperature_schedule": _temperature_schedule(recipe, steps),
+        "dynamic_max_extra": dynamic.max_extra if dynamic.enabled else None,
+        "dynamic_replay": dynamic.replay if dynamic.enabled else 0,
+        "dynamic_retry": dynamic.retry if dynamic.enabled else 0,
+        "retry_reward": dynamic.success_reward,
+        "dynamic_upfront": dynamic.enabled and dynamic.upfront,
+        "downsample_to": dynamic.downsample_to,
+        "guide": _guide(task) if dynamic.enabled and dynamic.guide else None,
+        "curriculum": _curriculum(recipe, tokenizer),
+        "adaptive": _adaptive(recipe),
+    }
 
 
 def _temperature_schedule(recipe: Recipe, steps: int) -> tuple[float, int, int] | None:
