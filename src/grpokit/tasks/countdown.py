@@ -283,12 +283,12 @@ def simplest_chain(nums: list[int], target: int) -> tuple[str, list[str]] | None
             return
         for i in rest:
             n = nums[i]
+            running, number = (value, text), (n, str(n))
+            (high, left), (low, right) = (running, number) if value >= n else (number, running)
             for op in _OPS:
-                high, low = (value, n) if value >= n else (n, value)
-                if op == "/" and (low == 0 or high % low):
+                result = _whole_step(high, op, low)
+                if result is None:
                     continue
-                left, right = (text, str(n)) if value >= n else (str(n), text)
-                result = int(_APPLY[op](Fraction(high), Fraction(low)))
                 step = f"{high} {op} {low} = {result}"
                 others = [j for j in rest if j != i]
                 fold(f"({left} {op} {right})", result, others, (*order, i), (*ops, op), [*steps, step])
@@ -313,12 +313,15 @@ def last_step_tries(step: str) -> list[str]:
     ['12 + 4 = 16', '12 - 4 = 8', '12 * 4 = 48', '12 / 4 = 3']
     """
     high, op, low, _, _ = step.split(" ")
-    tries = []
-    for other in _OPS[: _OPS.index(op)]:
-        if other == "/" and int(high) % int(low):
-            continue
-        tries.append(f"{high} {other} {low} = {int(_APPLY[other](Fraction(int(high)), Fraction(int(low))))}")
-    return [*tries, step]
+    tried = ((other, _whole_step(int(high), other, int(low))) for other in _OPS[: _OPS.index(op)])
+    return [*(f"{high} {other} {low} = {result}" for other, result in tried if result is not None), step]
+
+
+def _whole_step(high: int, op: str, low: int) -> int | None:
+    """`high op low` (high >= low >= 0), or None for a division that is not whole."""
+    if op == "/" and (low == 0 or high % low):
+        return None
+    return int(_APPLY[op](Fraction(high), Fraction(low)))
 
 
 def _worked(expression: str) -> list[str]:
