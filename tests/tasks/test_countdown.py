@@ -7,7 +7,7 @@ from grpokit.config import RecipeError
 from grpokit.expressions import evaluate_expression
 from grpokit.parsing import extract_answer
 from grpokit.tasks import build_task
-from grpokit.tasks.countdown import _worked, load_rows, simplest_chain
+from grpokit.tasks.countdown import _worked, backtrack_steps, load_rows, simplest_chain
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +100,59 @@ def test_tries_demonstrations_find_the_last_step_by_trying_each_operator_in_turn
     assert tried[0] and tried[1] and tried[2]  # landed at once, after one try, after two
 
 
+def _thought_steps(demonstration):
+    return demonstration.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
+
+
+def test_backtrack_demonstrations_try_every_first_step_in_turn_until_one_lands():
+    params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50}
+    backtrack = build_task("countdown", {**params, "demonstration": "backtrack"})
+    worked = build_task("countdown", {**params, "demonstration": "worked"})
+    first_steps_tried = Counter()
+    for row in backtrack.dataset("train", 150, distinct=False):
+        demonstration, plain = backtrack.demonstration(row), worked.demonstration(row)
+        assert backtrack.score(demonstration, row) == 1.0
+        assert extract_answer(demonstration) == extract_answer(plain)
+        steps, chain = _thought_steps(demonstration), _thought_steps(plain)
+        # The same search written as two loops: the simplest chain's first two numbers with + - * / in
+        # turn, each whole result tried with the third number until a try lands on the target.
+        a, b = (int(x) for x in chain[0].split(" ")[:3:2])
+        (c,) = (Counter(row["nums"]) - Counter([a, b])).elements()
+        expected, landed = [], False
+        for first in "+-*/":
+            if landed or (first == "/" and a % b):
+                continue
+            value = int(evaluate_expression(f"{a} {first} {b}").value)
+            expected.append(f"{a} {first} {b} = {value}")
+            high, low = max(value, c), min(value, c)
+            for last in "+-*/":
+                if landed or (last == "/" and (low == 0 or high % low)):
+                    continue
+                result = int(evaluate_expression(f"{high} {last} {low}").value)
+                expected.append(f"{high} {last} {low} = {result}")
+                landed = result == row["target"]
+        assert steps == expected and steps[-1] == chain[-1]
+        first_steps_tried[sum(step.split(" ")[:3:2] == chain[0].split(" ")[:3:2] for step in steps)] += 1
+    assert first_steps_tried[1] and first_steps_tried[2] and first_steps_tried[3]
+
+
+def test_backtrack_falls_back_to_the_last_step_tries_when_the_search_is_long():
+    params = {"min_numbers": 4, "max_numbers": 4, "max_value": 20, "max_target": 50}
+    backtrack = build_task("countdown", {**params, "demonstration": "backtrack"})
+    tries = build_task("countdown", {**params, "demonstration": "tries"})
+    long_searches = 0
+    for row in backtrack.dataset("train", 40, distinct=False):
+        if simplest_chain(row["nums"], row["target"]) is None:
+            continue
+        searched = backtrack_steps(row["nums"], row["target"])
+        if searched is None:
+            long_searches += 1
+            assert backtrack.demonstration(row) == tries.demonstration(row)
+        else:
+            assert len(searched) <= 20 and _thought_steps(backtrack.demonstration(row)) == searched
+    assert long_searches
+
+
 def _brute_force_chain(nums, target):
     """Every order and every operator sequence; the earliest order, then the operators in the order + - * /."""
     found = []
@@ -175,7 +228,9 @@ def test_loads_the_countdown_tasks_schema(task):
 def test_bad_config(task):
     with pytest.raises(RecipeError, match="task.params"):
         build_task("countdown", {"min_numbers": 5, "max_numbers": 3})
-    with pytest.raises(RecipeError, match="demonstration='trace'; use one of solution, worked, tries, search"):
+    with pytest.raises(
+        RecipeError, match="demonstration='trace'; use one of solution, worked, tries, backtrack, search"
+    ):
         build_task("countdown", {"demonstration": "trace"})
 
 

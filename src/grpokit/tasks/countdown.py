@@ -20,6 +20,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import permutations
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ from grpokit.tasks.base import Example, Task, partition, split_of
 _APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 _OPS = tuple(_APPLY)
 _MAX_DRAWS = 2000
-DEMONSTRATIONS = ("solution", "worked", "tries", "search")
+DEMONSTRATIONS = ("solution", "worked", "tries", "backtrack", "search")
+_BACKTRACK_MOST = 20  # steps a backtracking thought may write (3 numbers: 4 first steps x 4 tries, at most)
 
 
 @dataclass
@@ -54,7 +56,10 @@ class CountdownConfig:
     # (`12 * 2 = 24, 24 + 7 = 31.`; the question's order and + - * / preferred, `simplest_chain`), so
     # every value the policy writes is one it computed and only the last step must land; "tries" is
     # "worked" with the last step found by trying + - * / in turn on the same two values, every try
-    # written (`15 + 5 = 20, 20 + 8 = 28, 20 - 8 = 12.` for 12: `last_step_tries`); "search" writes up to
+    # written (`15 + 5 = 20, 20 + 8 = 28, 20 - 8 = 12.` for 12: `last_step_tries`); "backtrack" also
+    # tries the earlier steps: in the simplest chain's order, every step from + to /, each first step
+    # followed by its tries until one lands (`15 + 5 = 20, 20 + 8 = 28, ..., 15 - 5 = 10, 10 + 8 = 18.`:
+    # `backtrack_steps`; past 20 steps, as "tries"); "search" writes up to
     # `search_attempts` wrong tries, each worked step by step with its miss, then the generator's
     # solution worked the same way (Stream of Search, Gandhi et al. 2024): a thought that checks its tries.
     demonstration: str = "solution"
@@ -194,11 +199,15 @@ class CountdownTask(Task):
             tries = _wrong_tries(example["nums"], target, self.config.search_attempts)
             worked = ", ".join(_worked(solution))
             thought = " ".join([*(f"{', '.join(steps)}, not {target}." for steps in tries), f"{worked}."])
-        elif self.config.demonstration in ("worked", "tries"):
+        elif self.config.demonstration in ("worked", "tries", "backtrack"):
             chain = simplest_chain(example["nums"], target)
             if chain is not None:  # else (4+ numbers joined in pairs only) the generator's solution, worked
                 solution, steps = chain
-                if self.config.demonstration == "tries":
+                kind = self.config.demonstration
+                searched = backtrack_steps(example["nums"], target) if kind == "backtrack" else None
+                if searched is not None:
+                    steps = searched
+                elif kind != "worked":
                     steps = [*steps[:-1], *last_step_tries(steps[-1])]
             else:
                 steps = _worked(solution)
@@ -301,6 +310,39 @@ def simplest_chain(nums: list[int], target: int) -> tuple[str, list[str]] | None
         return None
     text = best[1]
     return (text[1:-1] if text.startswith("(") else text), best[2]
+
+
+def backtrack_steps(nums: list[int], target: int, most: int = _BACKTRACK_MOST) -> list[str] | None:
+    """The steps a depth-first search writes before it lands on `simplest_chain`'s solution.
+
+    The numbers are folded in the simplest chain's order; at each step the operators are tried in the
+    order + - * / (the larger value first, a division that is not whole skipped), and a step that is not
+    the last is followed by the search below it. Every step is written, the search stops at the first
+    that reaches the target: its path is the simplest chain. None when no order lands or the search
+    would write more than `most` steps.
+
+    >>> backtrack_steps([6, 2, 7], 11)
+    ['6 + 2 = 8', '8 + 7 = 15', '8 - 7 = 1', '8 * 7 = 56', '6 - 2 = 4', '7 + 4 = 11']
+    """
+    written: list[str] = []
+
+    def fold(value: int, rest: list[int]) -> bool:
+        n, others = rest[0], rest[1:]
+        high, low = max(value, n), min(value, n)
+        for op in _OPS:
+            result = _whole_step(high, op, low)
+            if result is None:
+                continue
+            written.append(f"{high} {op} {low} = {result}")
+            if (result == target) if not others else fold(result, others):
+                return True
+        return False
+
+    for order in permutations(range(len(nums))):  # simplest_chain's preference: the question's order first
+        written.clear()
+        if fold(nums[order[0]], [nums[i] for i in order[1:]]):
+            return written if len(written) <= most else None
+    return None
 
 
 def last_step_tries(step: str) -> list[str]:
