@@ -7,7 +7,14 @@ from grpokit.config import RecipeError
 from grpokit.expressions import evaluate_expression
 from grpokit.parsing import extract_answer
 from grpokit.tasks import build_task
-from grpokit.tasks.countdown import _worked, backtrack_steps, load_rows, simplest_chain
+from grpokit.tasks.countdown import (
+    _worked,
+    backtrack_steps,
+    landing_chains,
+    last_step_tries,
+    load_rows,
+    simplest_chain,
+)
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +160,10 @@ def test_backtrack_falls_back_to_the_last_step_tries_when_the_search_is_long():
     assert long_searches
 
 
-def _brute_force_chain(nums, target):
-    """Every order and every operator sequence; the earliest order, then the operators in the order + - * /."""
-    found = []
+def _brute_force_chains(nums, target):
+    """Every order and every operator sequence that lands, each distinct list of steps once, by its earliest
+    order, then the operators in the order + - * /."""
+    found = {}
     for order in permutations(range(len(nums))):
         for ops in product("+-*/", repeat=len(nums) - 1):
             value, steps = nums[order[0]], []
@@ -166,9 +174,43 @@ def _brute_force_chain(nums, target):
                 value = {"+": high + low, "-": high - low, "*": high * low, "/": high // max(low, 1)}[op]
                 steps.append(f"{high} {op} {low} = {value}")
             else:
-                if value == target:
-                    found.append(((order, ["+-*/".index(op) for op in ops]), steps))
-    return min(found)[1] if found else None
+                key = (order, ["+-*/".index(op) for op in ops])
+                if value == target and (tuple(steps) not in found or key < found[tuple(steps)]):
+                    found[tuple(steps)] = key
+    return [list(steps) for steps, _ in sorted(found.items(), key=lambda item: item[1])]
+
+
+def _brute_force_chain(nums, target):
+    chains = _brute_force_chains(nums, target)
+    return chains[0] if chains else None
+
+
+def test_landing_chains_are_every_chain_that_reaches_the_target():
+    params = {"min_numbers": 3, "max_numbers": 4, "max_value": 20, "max_target": 50}
+    task = build_task("countdown", params)
+    several = 0
+    for row in task.dataset("train", 60, distinct=False):
+        chains = landing_chains(row["nums"], row["target"])
+        assert [steps for _, steps in chains] == _brute_force_chains(row["nums"], row["target"])
+        for expression, steps in chains:
+            assert evaluate_expression(expression).value == row["target"] and steps[-1].endswith(f"= {row['target']}")
+        several += len(chains) > 1
+    assert several > 20
+
+
+def test_tries_on_any_chain_vary_the_first_step_across_problems():
+    params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50, "demonstration": "tries"}
+    simplest, varied = build_task("countdown", params), build_task("countdown", {**params, "chain": "any"})
+    differ = 0
+    for row in varied.dataset("train", 150, distinct=False):
+        demonstration = varied.demonstration(row)
+        assert demonstration == varied.demonstration(row) and varied.score(demonstration, row) == 1.0
+        steps = _thought_steps(demonstration)
+        (drawn,) = [c for c in landing_chains(row["nums"], row["target"]) if c[1] == [steps[0], steps[-1]]]
+        assert extract_answer(demonstration) == drawn[0]
+        assert steps[1:] == last_step_tries(drawn[1][1])  # the drawn chain's last step, tried as in "tries"
+        differ += demonstration != simplest.demonstration(row)
+    assert 30 < differ < 150  # a problem with one landing chain writes it either way
 
 
 def test_search_keeps_the_problems():
@@ -232,6 +274,8 @@ def test_bad_config(task):
         RecipeError, match="demonstration='trace'; use one of solution, worked, tries, backtrack, search"
     ):
         build_task("countdown", {"demonstration": "trace"})
+    with pytest.raises(RecipeError, match="chain='any' with demonstration='solution'; it applies to worked and tries"):
+        build_task("countdown", {"chain": "any"})
 
 
 def test_loads_the_hub_schema_from_a_file_and_a_hub_style_folder(tmp_path):

@@ -64,10 +64,18 @@ class CountdownConfig:
     # solution worked the same way (Stream of Search, Gandhi et al. 2024): a thought that checks its tries.
     demonstration: str = "solution"
     search_attempts: int = 2
+    # Which chain "worked" and "tries" write: "simplest" (`simplest_chain`, one way for every problem alike)
+    # or "any": one of the problem's landing chains (`landing_chains`), drawn per problem with a fixed
+    # seed, so that the demonstrations show several first steps and the policy samples several.
+    chain: str = "simplest"
 
     def validate(self) -> None:
         if self.demonstration not in DEMONSTRATIONS:
             raise ValueError(f"demonstration={self.demonstration!r}; use one of {', '.join(DEMONSTRATIONS)}")
+        if self.chain not in ("simplest", "any"):
+            raise ValueError(f"chain={self.chain!r}; use simplest or any")
+        if self.chain == "any" and self.demonstration not in ("worked", "tries"):
+            raise ValueError(f"chain='any' with demonstration={self.demonstration!r}; it applies to worked and tries")
         if not 0 <= self.search_attempts <= 5:
             raise ValueError(f"search_attempts={self.search_attempts}; use 0..5 wrong tries before the solution")
         if not 2 <= self.min_numbers <= self.max_numbers <= 6:
@@ -200,11 +208,16 @@ class CountdownTask(Task):
             worked = ", ".join(_worked(solution))
             thought = " ".join([*(f"{', '.join(steps)}, not {target}." for steps in tries), f"{worked}."])
         elif self.config.demonstration in ("worked", "tries", "backtrack"):
-            chain = simplest_chain(example["nums"], target)
+            nums = example["nums"]
+            if self.config.chain == "any":
+                chains = landing_chains(nums, target)
+                chain = random.Random(f"chain:{nums}:{target}").choice(chains) if chains else None
+            else:
+                chain = simplest_chain(nums, target)
             if chain is not None:  # else (4+ numbers joined in pairs only) the generator's solution, worked
                 solution, steps = chain
                 kind = self.config.demonstration
-                searched = backtrack_steps(example["nums"], target) if kind == "backtrack" else None
+                searched = backtrack_steps(nums, target) if kind == "backtrack" else None
                 if searched is not None:
                     steps = searched
                 elif kind != "worked":
@@ -281,14 +294,26 @@ def simplest_chain(nums: list[int], target: int) -> tuple[str, list[str]] | None
     >>> simplest_chain([7, 17, 4], 11)
     ('(7 * 4) - 17', ['7 * 4 = 28', '28 - 17 = 11'])
     """
-    best: tuple[tuple, str, list[str]] | None = None
+    chains = landing_chains(nums, target)
+    return chains[0] if chains else None
+
+
+def landing_chains(nums: list[int], target: int) -> list[tuple[str, list[str]]]:
+    """Every chain (as `simplest_chain` folds them) that reaches the target, simplest first, each once.
+
+    >>> for chain in landing_chains([6, 2, 7], 11):
+    ...     print(chain)
+    ('7 + (6 - 2)', ['6 - 2 = 4', '7 + 4 = 11'])
+    ('(7 + 6) - 2', ['7 + 6 = 13', '13 - 2 = 11'])
+    ('6 + (7 - 2)', ['7 - 2 = 5', '6 + 5 = 11'])
+    """
+    found: dict[tuple[str, ...], tuple[tuple, str]] = {}
 
     def fold(text: str, value: int, rest: list[int], order: tuple, ops: tuple, steps: list[str]) -> None:
-        nonlocal best
         if not rest:
             key = (order, [_OPS.index(op) for op in ops])
-            if value == target and (best is None or key < best[0]):
-                best = (key, text, steps)
+            if value == target and (tuple(steps) not in found or key < found[tuple(steps)][0]):
+                found[tuple(steps)] = (key, text)
             return
         for i in rest:
             n = nums[i]
@@ -303,13 +328,11 @@ def simplest_chain(nums: list[int], target: int) -> tuple[str, list[str]] | None
                 fold(f"({left} {op} {right})", result, others, (*order, i), (*ops, op), [*steps, step])
 
     if len(nums) > 4:
-        return None  # 5! x 4^4 chains and more: the generator's solution serves
+        return []  # 5! x 4^4 chains and more: the generator's solution serves
     for first in range(len(nums)):
         fold(str(nums[first]), nums[first], [j for j in range(len(nums)) if j != first], (first,), (), [])
-    if best is None:
-        return None
-    text = best[1]
-    return (text[1:-1] if text.startswith("(") else text), best[2]
+    ranked = sorted(found.items(), key=lambda item: item[1][0])
+    return [((text[1:-1] if text.startswith("(") else text), list(steps)) for steps, (_, text) in ranked]
 
 
 def backtrack_steps(nums: list[int], target: int, most: int = _BACKTRACK_MOST) -> list[str] | None:
