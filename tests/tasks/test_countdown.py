@@ -81,17 +81,26 @@ def test_worked_demonstrations_fold_the_numbers_in_one_true_step_at_a_time():
     assert 140 <= chains < 150  # most problems fold in a chain; some 4-number ones only in pairs
 
 
-def test_tries_demonstrations_find_the_last_step_by_trying_each_operator_in_turn():
+def _beside_worked(demonstration, problems=150):
+    """Each problem's `demonstration` thought and its `worked` one (3 numbers), both ending on the same right
+    answer: (row, its steps, worked's steps)."""
     params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50}
-    tries = build_task("countdown", {**params, "demonstration": "tries"})
+    task = build_task("countdown", {**params, "demonstration": demonstration})
     worked = build_task("countdown", {**params, "demonstration": "worked"})
+    for row in task.dataset("train", problems, distinct=False):
+        text, plain = task.demonstration(row), worked.demonstration(row)
+        assert task.score(text, row) == 1.0
+        assert extract_answer(text) == extract_answer(plain)  # the same solution, the same answer
+        yield row, _thought_steps(text), _thought_steps(plain)
+
+
+def _thought_steps(demonstration):
+    return demonstration.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
+
+
+def test_tries_demonstrations_find_the_last_step_by_trying_each_operator_in_turn():
     tried = Counter()
-    for row in tries.dataset("train", 150, distinct=False):
-        demonstration, plain = tries.demonstration(row), worked.demonstration(row)
-        assert tries.score(demonstration, row) == 1.0
-        assert extract_answer(demonstration) == extract_answer(plain)  # the same solution, the same answer
-        steps = demonstration.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
-        chain = plain.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
+    for row, steps, chain in _beside_worked("tries"):
         assert steps[: len(chain) - 1] == chain[:-1] and steps[-1] == chain[-1]
         last = chain[-1].split(" ")
         ops = []
@@ -107,20 +116,9 @@ def test_tries_demonstrations_find_the_last_step_by_trying_each_operator_in_turn
     assert tried[0] and tried[1] and tried[2]  # landed at once, after one try, after two
 
 
-def _thought_steps(demonstration):
-    return demonstration.removeprefix("<think>").split("</think>")[0].removesuffix(".").split(", ")
-
-
 def test_backtrack_demonstrations_try_every_first_step_in_turn_until_one_lands():
-    params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50}
-    backtrack = build_task("countdown", {**params, "demonstration": "backtrack"})
-    worked = build_task("countdown", {**params, "demonstration": "worked"})
     first_steps_tried = Counter()
-    for row in backtrack.dataset("train", 150, distinct=False):
-        demonstration, plain = backtrack.demonstration(row), worked.demonstration(row)
-        assert backtrack.score(demonstration, row) == 1.0
-        assert extract_answer(demonstration) == extract_answer(plain)
-        steps, chain = _thought_steps(demonstration), _thought_steps(plain)
+    for row, steps, chain in _beside_worked("backtrack"):
         # The same search written as two loops: the simplest chain's first two numbers with + - * / in
         # turn, each whole result tried with the third number until a try lands on the target.
         a, b = (int(x) for x in chain[0].split(" ")[:3:2])
