@@ -174,7 +174,8 @@ def test_worked_step_rewards_pay_nothing_for_listed_equations():
     assert {f.case for f in findings} == {"true equations listed until one is a step"}
 
 
-def test_closeness_pays_nothing_for_degenerate_countdown_answers():
+@pytest.mark.parametrize("partial", ["closeness", "true_steps"])
+def test_countdown_partial_credit_pays_nothing_for_degenerate_answers(partial):
     task = build_task("countdown")
-    rewards = [(name, 1.0, make_reward(name, task)) for name in ("closeness", "correctness")]
+    rewards = [(name, 1.0, make_reward(name, task)) for name in (partial, "correctness")]
     assert check(task, rewards, task.dataset("eval", 3)) == []

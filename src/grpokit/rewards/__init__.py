@@ -192,4 +192,4 @@ def _text(completion: Any) -> str:
 
 
 # Built-in rewards register themselves on import.
-from grpokit.rewards import closeness, correctness, formats, shaping, steps  # noqa: E402, F401
+from grpokit.rewards import closeness, correctness, formats, shaping, steps, thought  # noqa: E402, F401

@@ -34,7 +34,7 @@ _APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator
 _OPS = tuple(_APPLY)
 _MAX_DRAWS = 2000
 DEMONSTRATIONS = ("solution", "worked", "tries", "backtrack", "search")
-_BACKTRACK_MOST = 20  # steps a backtracking thought may write (3 numbers: 4 first steps x 4 tries, at most)
+BACKTRACK_MOST = 20  # steps a backtracking thought may write (3 numbers: 4 first steps x 4 tries, at most)
 
 
 @dataclass
@@ -335,7 +335,7 @@ def landing_chains(nums: list[int], target: int) -> list[tuple[str, list[str]]]:
     return [((text[1:-1] if text.startswith("(") else text), list(steps)) for steps, (_, text) in ranked]
 
 
-def backtrack_steps(nums: list[int], target: int, most: int = _BACKTRACK_MOST) -> list[str] | None:
+def backtrack_steps(nums: list[int], target: int, most: int = BACKTRACK_MOST) -> list[str] | None:
     """The steps a depth-first search writes before it lands on `simplest_chain`'s solution.
 
     The numbers are folded in the simplest chain's order; at each step the operators are tried in the

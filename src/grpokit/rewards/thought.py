@@ -1,0 +1,82 @@
+"""Credit for a Countdown thought whose arithmetic is true: `true_steps`.
+
+Countdown's correctness reward reads only the answer. A 135M policy trained on `tries` thoughts learns their
+shape and writes false steps (`36 + 1 = 4, 36 - 1 = 4.` before `(16 + 20) - 1` for 4): the thought no
+longer tells it which last step lands. `true_steps` pays 1 when every `x op y = z` in the thought is
+true, each operand is one of the problem's numbers or a result written earlier in the thought, and there
+are at most as many as the `backtrack` demonstration may write (20); anything else scores 0. So a group whose answers are all wrong
+still separates the completions that computed from those that did not. It pays wrong answers: give it
+less weight than correctness (the run-health check warns if correctness falls while the reward holds).
+
+Equations are read with a regular expression and checked with exact fractions; the text is never
+evaluated. Gaming it: `1 + 1 = 2` uses no number of the problem, listing candidates (`21 + 7 = 27,
+21 + 7 = 28`) writes a false one, and padding past the bound scores 0. Every demonstration the task writes
+(`worked`, `tries`, `backtrack`) earns 1 (tested).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from grpokit.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
+from grpokit.rewards import Reward, register_reward
+from grpokit.tasks.base import Task
+from grpokit.tasks.countdown import BACKTRACK_MOST
+
+_STEP = re.compile(r"(?<![0-9.])([0-9]{1,9})\s*([-+*/×x−])\s*([0-9]{1,9})\s*=\s*(-?[0-9]{1,18})(?![0-9]|\.[0-9])")
+_OPERATOR = {"+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "x": "*", "/": "/"}
+
+
+def thought_steps(thought: str) -> list[tuple[int, str, int, int]]:
+    """Every `x op y = z` in `thought`, in order, operators normalised to + - * /.
+
+    >>> thought_steps("17 + 4 = 21, 21 − 7 = 14. 21 × 7 = 147, 21 / 7 = 3.")
+    [(17, '+', 4, 21), (21, '-', 7, 14), (21, '*', 7, 147), (21, '/', 7, 3)]
+    """
+    return [(int(x), _OPERATOR[op], int(y), int(z)) for x, op, y, z in _STEP.findall(thought)]
+
+
+def _result(x: int, op: str, y: int) -> Fraction | None:
+    if op == "/":
+        return Fraction(x, y) if y else None
+    return Fraction(x + y if op == "+" else x - y if op == "-" else x * y)
+
+
+@register_reward("true_steps")
+def make_true_steps(task: Task) -> Reward:
+    """1 when the thought's equations are all true and build on the problem's numbers, else 0.
+
+    >>> from grpokit.tasks import build_task
+    >>> reward = make_true_steps(build_task("countdown"))
+    >>> row = {"nums": [16, 20, 1], "target": 15, "answer": 15}
+    >>> reward("<think>16 + 20 = 36, 36 + 1 = 37, 36 - 1 = 35.</think><answer>(16 + 20) - 1</answer>", row)
+    1.0
+    >>> reward("<think>16 + 20 = 36, 36 + 1 = 4.</think><answer>(16 + 20) - 1</answer>", row)  # a false step
+    0.0
+    >>> reward("<think>2 + 2 = 4.</think><answer>16 + 20 - 1</answer>", row)  # not the problem's numbers
+    0.0
+    """
+    if task is not None and getattr(task, "name", None) != "countdown":
+        raise ValueError(
+            f"reward 'true_steps' needs a task whose thoughts combine the problem's numbers (countdown); task "
+            f"{getattr(task, 'name', task)!r} is not one: for arithmetic use steps"
+        )
+    tags = getattr(task, "tags", THINK_TAGS)
+
+    def true_steps_reward(completion: str, example: dict) -> float:
+        text = completion[:MAX_COMPLETION_CHARS]
+        if tags.think_close not in text:
+            return 0.0
+        steps = thought_steps(text.split(tags.think_close, 1)[0])
+        nums = [int(n) for n in example["nums"]]
+        if not steps or len(steps) > BACKTRACK_MOST:
+            return 0.0
+        known = {Fraction(n) for n in nums}
+        for x, op, y, z in steps:
+            if Fraction(x) not in known or Fraction(y) not in known or _result(x, op, y) != z:
+                return 0.0
+            known.add(Fraction(z))
+        return 1.0
+
+    return true_steps_reward
