@@ -77,14 +77,16 @@ ADVERSARIAL = [
     "x" * 1_000_000,
     "\x00\uffff\ud7ff" * 100,
     "<think>x</think><answer>23</answer>" * 50,
+    "<think>" + "3 + 4 = 7, " * 100_000 + "</think>",
 ]
 
 
 @pytest.mark.parametrize("name", sorted(REWARDS))
 def test_every_reward_is_finite_and_bounded_on_adversarial_text(task, name):
-    # countdown's `closeness` refuses a task without targets; its row gets the numbers it reads
-    reward = make_reward(name, build_task("countdown") if name == "closeness" else task)
-    row = {**ROW, "nums": [3, 4, 5], "target": 23} if name == "closeness" else ROW
+    # countdown's `closeness` and `true_steps` refuse other tasks; their row gets the numbers they read
+    countdown = name in ("closeness", "true_steps")
+    reward = make_reward(name, build_task("countdown") if countdown else task)
+    row = {**ROW, "nums": [3, 4, 5], "target": 23} if countdown else ROW
     for text in ADVERSARIAL:
         value = reward(text, row)
         assert isinstance(value, float) and math.isfinite(value), (name, text[:40])
