@@ -24,7 +24,7 @@ from fractions import Fraction
 from grpokit.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
 from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.base import Task
-from grpokit.tasks.countdown import BACKTRACK_MOST
+from grpokit.tasks.countdown import APPLY, BACKTRACK_MOST
 
 _STEP = re.compile(r"(?<![0-9.])([0-9]{1,9})\s*([-+*/×x−])\s*([0-9]{1,9})\s*=\s*(-?[0-9]{1,18})(?![0-9]|\.[0-9])")
 _OPERATOR = {"+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "x": "*", "/": "/"}
@@ -37,12 +37,6 @@ def thought_steps(thought: str) -> list[tuple[int, str, int, int]]:
     [(17, '+', 4, 21), (21, '-', 7, 14), (21, '*', 7, 147), (21, '/', 7, 3)]
     """
     return [(int(x), _OPERATOR[op], int(y), int(z)) for x, op, y, z in _STEP.findall(thought)]
-
-
-def _result(x: int, op: str, y: int) -> Fraction | None:
-    if op == "/":
-        return Fraction(x, y) if y else None
-    return Fraction(x + y if op == "+" else x - y if op == "-" else x * y)
 
 
 @register_reward("true_steps")
@@ -74,11 +68,11 @@ def make_true_steps(task: Task) -> Reward:
         nums = [int(n) for n in example["nums"]]
         if not steps or len(steps) > BACKTRACK_MOST:
             return 0.0
-        known = {Fraction(n) for n in nums}
+        known = set(nums)
         for x, op, y, z in steps:
-            if Fraction(x) not in known or Fraction(y) not in known or _result(x, op, y) != z:
+            if x not in known or y not in known or (op == "/" and y == 0) or APPLY[op](Fraction(x), y) != z:
                 return 0.0
-            known.add(Fraction(z))
+            known.add(z)
         return 1.0
 
     return true_steps_reward

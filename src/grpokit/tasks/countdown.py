@@ -30,8 +30,8 @@ from grpokit.parsing import THINK_TAGS, extract_answer, retag
 from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, partition, split_of
 
-_APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
-_OPS = tuple(_APPLY)
+APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+_OPS = tuple(APPLY)
 _MAX_DRAWS = 2000
 DEMONSTRATIONS = ("solution", "worked", "tries", "backtrack", "search")
 BACKTRACK_MOST = 20  # steps a backtracking thought may write (3 numbers: 4 first steps x 4 tries, at most)
@@ -257,7 +257,7 @@ def _combine(nums: list[int], rng: random.Random) -> tuple[str, Fraction, list[s
         op = rng.choice(_OPS)
         if op == "/" and (b == 0 or (a / b).denominator != 1):
             return None
-        value = _APPLY[op](a, b)
+        value = APPLY[op](a, b)
         steps.append(f"{a} {op} {b} = {value}")
         combined = (f"({a_text} {op} {b_text})", value)
         items = [x for k, x in enumerate(items) if k not in (i, j)] + [combined]
@@ -386,7 +386,7 @@ def _whole_step(high: int, op: str, low: int) -> int | None:
     """`high op low` (high >= low >= 0), or None for a division that is not whole."""
     if op == "/" and (low == 0 or high % low):
         return None
-    return int(_APPLY[op](Fraction(high), Fraction(low)))
+    return int(APPLY[op](Fraction(high), Fraction(low)))
 
 
 def _worked(expression: str) -> list[str]:
@@ -401,7 +401,7 @@ def _worked(expression: str) -> list[str]:
         assert isinstance(node, ast.BinOp), f"not a generated solution: {expression!r}"
         a, b = walk(node.left), walk(node.right)
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
-        value = _APPLY[op](a, b)  # the generator never divides by 0
+        value = APPLY[op](a, b)  # the generator never divides by 0
         steps.append(f"{a} {op} {b} = {value}")
         return value
 
