@@ -25,7 +25,10 @@ def reward():
         ("16 + 20 = 36, " * 21, 0.0),  # past the 20 steps a backtracking thought may write: padding
         ("16 + 20 = 36, " * 20, 1.0),
         ("16 × 1 = 16, 20 − 16 = 4.", 1.0),
-        ("16 + 20 = 36.0", 0.0),  # not a whole-number equation: not read, nothing else written
+        ("16 + 20 = 36.0", 0.0),  # not a whole-number step
+        ("16 + 20 = 36, 20 / 16 = 1.5.", 0.0),  # a false step hidden behind a decimal result
+        ("16 + 20 = 36, 1.5 * 20 = 36.", 0.0),  # ... or a decimal operand
+        ("16 + 20 = 36, 36 - 1 = 35. 1.", 1.0),  # a number ending a sentence is not a decimal step
     ],
 )
 def test_true_steps_pays_only_true_equations_on_the_problems_numbers(reward, thought, expected):

@@ -12,7 +12,8 @@ dropped) and answered worse (14% at step 25 against 30%; bench/RESULTS.md v0.29)
 
 Equations are read with a regular expression and checked with exact fractions; the text is never
 evaluated. Gaming it: `1 + 1 = 2` uses no number of the problem, listing candidates (`21 + 7 = 27,
-21 + 7 = 28`) writes a false one, and padding past the bound scores 0. Every demonstration the task writes
+21 + 7 = 28`) writes a false one, a step with a decimal (`20 / 16 = 1.5`) scores 0 rather than go
+unread, and padding past the bound scores 0. Only `x op y = z` is read: prose (`16 and 20 make 4`) is not. Every demonstration the task writes
 (`worked`, `tries`, `backtrack`) earns 1 (tested).
 """
 
@@ -26,17 +27,25 @@ from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.base import Task
 from grpokit.tasks.countdown import APPLY, BACKTRACK_MOST
 
-_STEP = re.compile(r"(?<![0-9.])([0-9]{1,9})\s*([-+*/×x−])\s*([0-9]{1,9})\s*=\s*(-?[0-9]{1,18})(?![0-9]|\.[0-9])")
+# Terms may carry decimals so that a step written with one is read, and refused (countdown's steps are whole).
+_NUMBER = r"[0-9]{1,18}(?:\.[0-9]+)?"
+_STEP = re.compile(rf"(?<![0-9.])({_NUMBER})\s*([-+*/×x−])\s*({_NUMBER})\s*=\s*(-?{_NUMBER})(?![0-9]|\.[0-9])")
 _OPERATOR = {"+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "x": "*", "/": "/"}
 
 
-def thought_steps(thought: str) -> list[tuple[int, str, int, int]]:
-    """Every `x op y = z` in `thought`, in order, operators normalised to + - * /.
+def thought_steps(thought: str) -> list[tuple[Fraction, str, Fraction, Fraction]] | None:
+    """Every `x op y = z` in `thought`, in order, operators normalised to + - * /; None when one has a
+    decimal term (a whole-number step would not: `20 / 16 = 1.5` must not hide beside true steps).
 
-    >>> thought_steps("17 + 4 = 21, 21 − 7 = 14. 21 × 7 = 147, 21 / 7 = 3.")
-    [(17, '+', 4, 21), (21, '-', 7, 14), (21, '*', 7, 147), (21, '/', 7, 3)]
+    >>> thought_steps("17 + 4 = 21, 21 − 7 = 14. 21 × 7 = 147, 21 / 7 = 3.")[1]
+    (Fraction(21, 1), '-', Fraction(7, 1), Fraction(14, 1))
+    >>> thought_steps("16 + 20 = 36, 20 / 16 = 1.5") is None
+    True
     """
-    return [(int(x), _OPERATOR[op], int(y), int(z)) for x, op, y, z in _STEP.findall(thought)]
+    found = _STEP.findall(thought)
+    if any("." in x + y + z for x, _, y, z in found):
+        return None
+    return [(Fraction(x), _OPERATOR[op], Fraction(y), Fraction(z)) for x, op, y, z in found]
 
 
 @register_reward("true_steps")
@@ -70,7 +79,7 @@ def make_true_steps(task: Task) -> Reward:
             return 0.0
         known = set(nums)
         for x, op, y, z in steps:
-            if x not in known or y not in known or (op == "/" and y == 0) or APPLY[op](Fraction(x), y) != z:
+            if x not in known or y not in known or (op == "/" and y == 0) or APPLY[op](x, y) != z:
                 return 0.0
             known.add(z)
         return 1.0
