@@ -8,8 +8,8 @@ rows' gradients into the one prompt computation: exactly the sum of the G copies
 completions run on top of it. Positions, padding and masks are the unshared pass's, so the logits are
 the same up to float rounding (tested against TRL's pass: log-probs, loss and every gradient).
 
-Log-probabilities are taken on completion tokens only, through TRL's chunked LM head (the full
-`[tokens, vocabulary]` logits never exist); TRL's own pass on a CPU scores every prompt position too.
+Log-probabilities are taken on completion tokens only, through a chunked LM head (`grpokit.head`: the
+full `[tokens, vocabulary]` logits never exist); TRL's own pass on a CPU scores every prompt position too.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
+from grpokit.head import completion_logprobs
 from grpokit.rollout import base_model, cache_of
 
-LOGPROB_CHUNK = 4096  # vocabulary tile of the chunked LM head (TRL's size)
 # Settings of a model's output layer that TRL's fused head applies and this pass does not.
 _LOGIT_SETTINGS = (
     "final_logit_softcapping",
@@ -120,8 +120,6 @@ def _chunk(
     compute_entropy: bool,
     lm_head_fp32: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    from trl.kernels import ChunkedLogProbFunction
-
     base = base_model(model)
     backbone = getattr(base, base.base_model_prefix)  # peft's adapters live inside it
     prompt_ids, completion_ids = input_ids[:, :-completion_length], input_ids[:, -completion_length:]  # [B, P], [B, C]
@@ -141,12 +139,10 @@ def _chunk(
     context = nullcontext()
     if lm_head_fp32:
         scored, context = scored.float(), torch.autocast(scored.device.type, enabled=False)
-    outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
     with context:
-        per_token = ChunkedLogProbFunction.apply(
-            scored, head.weight, head.bias, completion_ids[mask], temperature, LOGPROB_CHUNK, None, 1.0, outputs
+        logps, entropies = completion_logprobs(
+            scored, head.weight, head.bias, completion_ids[mask], temperature, compute_entropy
         )
     # masked_scatter keeps the result attached to the graph even when no token is real
-    logps = per_token[0].new_zeros(mask.shape).masked_scatter(mask, per_token[0])
-    entropy = per_token[1].new_zeros(mask.shape).masked_scatter(mask, per_token[1]) if compute_entropy else None
-    return logps, entropy
+    entropy = entropies.new_zeros(mask.shape).masked_scatter(mask, entropies) if compute_entropy else None
+    return logps.new_zeros(mask.shape).masked_scatter(mask, logps), entropy

@@ -25,7 +25,7 @@ from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
-from grpokit import disk, memory, prefix
+from grpokit import disk, head, memory, prefix
 from grpokit.attention import use_grouped_attention
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import (
@@ -236,6 +236,7 @@ class GrpoTrainer(GRPOTrainer):
             )
             self.micro_batch_rows, self._pass_retry = smaller, inputs
         self._pass_inputs = None  # TRL's buffer holds the rows as long as they are needed
+        head.cast_weight.clear()  # the LM head's low-precision copy, reused by the pass's micro-batches
         memory.trim()  # the training pass's freed activations leave before the next rollout
         return loss
 

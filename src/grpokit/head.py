@@ -1,0 +1,177 @@
+"""Log-probabilities of the tokens a policy wrote, through the LM head, for the training pass on a CPU.
+
+TRL's `ChunkedLogProbFunction` walks the vocabulary in tiles so the `[tokens, vocabulary]` logits never
+exist whole; on a GPU each tile folds in a Triton kernel. On a CPU its torch fallback casts each tile's
+slice of the head weight again (forward, and again in the backward), makes fresh tile-sized tensors, and
+upcasts both operands of the backward's GEMMs to fp32, which a CPU with bf16 units (AVX512-BF16, AMX)
+runs several times slower than bf16 (bench/RESULTS.md v0.28: 4.25 of 17.5 s of the pass's backward).
+Here the weight is cast once per training pass, the tiles reuse three buffers, the softmax statistics are
+fp32 and the GEMMs run in the compute dtype. In fp32 it is a plain log-softmax's arithmetic (tested to
+1e-5); under bf16 autocast each tile's share of the hidden-state gradient is rounded to bf16 once before
+it is summed in fp32, as TRL's rounds the tile's logits gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TILE = 4096  # vocabulary entries per tile (TRL's size): three [tokens, TILE] buffers at a time
+
+
+class _Cast:
+    """The head weight in the compute dtype, cast once and reused until the weight changes (a trained head
+    is rewritten in place by the optimizer, which bumps its version) or `clear` is called."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.value: torch.Tensor | None = None
+
+    def get(self, weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if weight.dtype == dtype:
+            return weight.detach()
+        key = (weight.data_ptr(), weight._version, weight.shape, dtype)
+        if key != self.key:
+            self.value, self.key = None, None  # the old copy goes before the new one is made
+            self.value, self.key = weight.detach().to(dtype), key
+        return self.value
+
+    def clear(self) -> None:
+        self.key, self.value = None, None
+
+
+cast_weight = _Cast()
+
+
+def _tiles(vocab: int):
+    for start in range(0, vocab, TILE):
+        yield slice(start, min(start + TILE, vocab))
+
+
+class CompletionLogProbs(torch.autograd.Function):
+    """(log p(target) [N], entropy [N] or None) of `hidden @ weight.T + bias` at `temperature`.
+
+    The vocabulary in tiles of TILE: each tile's logits are one GEMM of every token against a slice of the
+    weight (the slice stays in cache), folded into running fp32 softmax statistics; the backward computes
+    each tile again and adds its share of the hidden-state gradient. Buffers are made once per call and
+    reused by every tile (a fresh tile-sized tensor per tile costs page faults on a CPU)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature: float, entropy: bool):  # type: ignore[override]
+        ctx.set_materialize_grads(False)
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+        inv_t = 1.0 / temperature
+        n = hidden.size(0)
+        with torch.autocast("cpu", enabled=False):
+            w, h = cast_weight.get(weight, dtype), hidden.detach().to(dtype)
+            low = torch.empty(n, TILE, dtype=dtype)  # the tile's logits from the GEMM
+            z = torch.empty(n, TILE, dtype=torch.float32)  # ... in fp32, scaled
+            e = torch.empty(n, TILE, dtype=torch.float32)
+            running_max = torch.full((n,), float("-inf"))
+            sum_exp, z_sum_exp, target = torch.zeros(n), torch.zeros(n), torch.zeros(n)
+            for cols in _tiles(weight.size(0)):
+                width = cols.stop - cols.start
+                zt, et = z[:, :width], e[:, :width]
+                torch.mm(h, w[cols].t(), out=low[:, :width])
+                zt.copy_(low[:, :width])
+                if bias is not None:
+                    zt += bias[cols].float()
+                if inv_t != 1.0:
+                    zt *= inv_t
+                new_max = torch.maximum(running_max, zt.amax(dim=1))
+                rescale = (running_max - new_max).exp_()
+                torch.sub(zt, new_max.unsqueeze(1), out=et).exp_()
+                sum_exp.mul_(rescale).add_(et.sum(dim=1))
+                if entropy:
+                    z_sum_exp.mul_(rescale).add_((et * zt).sum(dim=1))
+                running_max = new_max
+                local = targets - cols.start
+                inside = (local >= 0) & (local < width)
+                target = torch.where(inside, zt.gather(1, local.clamp(0, width - 1).unsqueeze(1)).squeeze(1), target)
+            log_z = running_max + sum_exp.log()
+            logps = target - log_z
+            entropies = log_z - z_sum_exp / sum_exp if entropy else None
+        ctx.save_for_backward(hidden, weight, bias, targets, log_z, entropies)
+        ctx.dtype, ctx.inv_t = dtype, inv_t
+        return logps, entropies
+
+    @staticmethod
+    def backward(ctx, grad_logps, grad_entropy):  # type: ignore[override]
+        hidden, weight, bias, targets, log_z, entropies = ctx.saved_tensors
+        dtype, inv_t = ctx.dtype, ctx.inv_t
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
+        if grad_logps is None and grad_entropy is None:
+            return None, None, None, None, None, None
+        n = hidden.size(0)
+        with torch.autocast("cpu", enabled=False):
+            w, h = cast_weight.get(weight, dtype), hidden.detach().to(dtype)
+            low = torch.empty(n, TILE, dtype=dtype)
+            grad = torch.empty(n, TILE, dtype=torch.float32)
+            probs = torch.empty(n, TILE, dtype=torch.float32) if grad_entropy is not None else None
+            part = torch.empty(n, hidden.size(1), dtype=dtype)
+            grad_hidden = torch.zeros(hidden.shape, dtype=torch.float32) if need_hidden else None
+            grad_weight = torch.zeros(weight.shape, dtype=torch.float32) if need_weight else None
+            grad_bias = torch.zeros(bias.shape, dtype=torch.float32) if need_bias else None
+            g_logp = grad_logps.float().unsqueeze(1) if grad_logps is not None else None
+            g_ent = grad_entropy.float().unsqueeze(1) if grad_entropy is not None else None
+            for cols in _tiles(weight.size(0)):
+                width = cols.stop - cols.start
+                gt = grad[:, :width]
+                torch.mm(h, w[cols].t(), out=low[:, :width])
+                gt.copy_(low[:, :width])  # z, then log p, then its gradient, in place
+                if bias is not None:
+                    gt += bias[cols].float()
+                if inv_t != 1.0:
+                    gt *= inv_t
+                gt -= log_z.unsqueeze(1)
+                # d log p_t / dz_j = 1[j = t] - p_j;  d H / dz_j = -p_j (log p_j + H)
+                if g_ent is not None:
+                    pt = probs[:, :width]
+                    torch.exp(gt, out=pt)
+                    gt.add_(entropies.unsqueeze(1)).mul_(g_ent)
+                    if g_logp is not None:
+                        gt.add_(g_logp)
+                    gt.mul_(pt).neg_()
+                else:
+                    gt.exp_().mul_(-g_logp)
+                local = targets - cols.start
+                inside = (local >= 0) & (local < width)
+                if g_logp is not None and inside.any():
+                    rows = inside.nonzero().squeeze(1)
+                    gt[rows, local[rows]] += g_logp[rows, 0]
+                if inv_t != 1.0:
+                    gt *= inv_t
+                grad_low = low[:, :width]
+                grad_low.copy_(gt)
+                if grad_hidden is not None:
+                    torch.mm(grad_low, w[cols], out=part)
+                    grad_hidden += part
+                if grad_weight is not None:
+                    grad_weight[cols] += torch.mm(grad_low.t(), h).float()
+                if grad_bias is not None:
+                    grad_bias[cols] += gt.sum(dim=0)
+        return (
+            grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
+            grad_weight.to(weight.dtype) if grad_weight is not None else None,
+            grad_bias.to(bias.dtype) if grad_bias is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
+def completion_logprobs(
+    hidden: torch.Tensor,  # [N, H]
+    weight: torch.Tensor,  # [V, H]
+    bias: torch.Tensor | None,  # [V]
+    targets: torch.Tensor,  # [N]
+    temperature: float,
+    entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-probabilities [N], entropies [N] or None); TRL's chunked kernel off a CPU."""
+    if hidden.device.type != "cpu":
+        from trl.kernels import ChunkedLogProbFunction
+
+        outputs = ("log_probs", "entropy") if entropy else ("log_probs",)
+        result = ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature, 4096, None, 1.0, outputs)
+        return result[0], result[1] if entropy else None
+    return CompletionLogProbs.apply(hidden, weight, bias, targets, temperature, entropy)
