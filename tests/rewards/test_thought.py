@@ -43,7 +43,9 @@ def test_true_steps_reads_only_the_thought(reward):
 
 @pytest.mark.parametrize("demonstration", ["worked", "tries", "backtrack"])
 def test_every_demonstration_of_the_task_earns_it(demonstration):
-    task = build_task("countdown", {"max_numbers": 3, "max_value": 20, "max_target": 50, "demonstration": demonstration})
+    task = build_task(
+        "countdown", {"max_numbers": 3, "max_value": 20, "max_target": 50, "demonstration": demonstration}
+    )
     reward = make_reward("true_steps", task)
     rows = [task.example("train", i) for i in range(150)]
     assert [reward(task.demonstration(row), row) for row in rows] == [1.0] * len(rows)
