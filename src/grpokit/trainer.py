@@ -25,7 +25,7 @@ from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
-from grpokit import disk, head, memory, prefix
+from grpokit import disk, fused_lora, head, memory, prefix
 from grpokit.attention import use_grouped_attention
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import (
@@ -87,6 +87,8 @@ class GrpoTrainer(GRPOTrainer):
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
+        if self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled and not self.is_fsdp_enabled:
+            fused_lora.install(self.model)  # several processes: ZeRO-3 and FSDP gather weights in module hooks
         self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
         self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
         self._recipe_micro_batch_rows = self.micro_batch_rows  # what a smaller size learned after an OOM replaced

@@ -1,0 +1,127 @@
+"""peft's LoRA layers as one autograd function each (grpokit.fused_lora): peft's outputs and gradients, and
+peft's own forward wherever the function would not be exact."""
+
+import copy
+
+import pytest
+import torch
+
+from grpokit import fused_lora
+
+
+def _policy(model_dir, dropout: float = 0.0):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear")
+    model = get_peft_model(model, config)
+    with torch.no_grad():  # B starts at zero, which would leave A's gradient zero and compare nothing
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def _loss_and_grads(model, ids: torch.Tensor, autocast: bool = False):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        logits = model(input_ids=ids).logits
+    loss = logits.float().log_softmax(-1)[:, :-1].gather(2, ids[:, 1:, None]).mean()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.fixture
+def ids():
+    return torch.randint(3, 400, (3, 11), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = []
+    apply = fused_lora._LoraLinear.apply
+
+    def counted(*args):
+        seen.append(args[0].shape)
+        return apply(*args)
+
+    monkeypatch.setattr(fused_lora._LoraLinear, "apply", counted)
+    return seen
+
+
+def test_fp32_equals_peft(tiny_model_dir, ids, calls):
+    policy = _policy(tiny_model_dir)
+    layers = sum(1 for name, _ in policy.named_modules() if name.endswith("lora_A"))
+    loss_ref, grads_ref = _loss_and_grads(policy, ids)
+    assert fused_lora.install(policy) == layers > 0
+    assert fused_lora.install(policy) == layers, "installing twice wraps nothing twice"
+    loss, grads = _loss_and_grads(policy, ids)
+
+    assert len(calls) == layers, "every adapted layer ran the function, once"
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    assert grads.keys() == grads_ref.keys() and any("lora_A" in n for n in grads)
+    for name, grad in grads_ref.items():
+        assert grad.abs().max() > 0, name
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+
+
+def test_bf16_autocast_agrees_with_peft(tiny_model_dir, ids, calls):
+    policy = _policy(tiny_model_dir)
+    loss_ref, grads_ref = _loss_and_grads(policy, ids, autocast=True)
+    fused_lora.install(policy)
+    loss, grads = _loss_and_grads(policy, ids, autocast=True)
+    assert calls
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-2, atol=1e-3)
+    for name, grad in grads_ref.items():
+        assert grads[name].dtype == grad.dtype == torch.float32, name  # A and B train in fp32
+        assert (grads[name] - grad).norm() <= 0.05 * grad.norm(), name
+
+
+def test_adapter_switched_off_runs_peft_forward(tiny_model_dir, ids, calls):
+    policy = _policy(tiny_model_dir)
+    with torch.no_grad(), policy.disable_adapter():
+        off_ref = policy(input_ids=ids).logits
+    fused_lora.install(policy)
+    with torch.no_grad():
+        with policy.disable_adapter():  # TRL's reference pass for a LoRA policy
+            off = policy(input_ids=ids).logits
+        assert not calls
+        on = policy(input_ids=ids).logits
+    assert calls
+    torch.testing.assert_close(off, off_ref)
+    assert not torch.allclose(on, off), "the adapter changes the output"
+
+
+@pytest.mark.parametrize(
+    ("dropout", "base_trains", "runs"), [(0.1, False, False), (0.0, True, False), (0.0, False, True)]
+)
+def test_peft_forward_where_the_function_is_not_exact(tiny_model_dir, ids, calls, dropout, base_trains, runs):
+    policy = _policy(tiny_model_dir, dropout=dropout)
+    for module in policy.modules():
+        if hasattr(module, "base_layer"):
+            module.base_layer.weight.requires_grad_(base_trains)  # its gradient is not computed here
+    fused_lora.install(policy)
+    policy.train()
+    policy(input_ids=ids)
+    assert bool(calls) is runs
+    if dropout:  # dropout is identity in eval mode: the function applies
+        policy.eval()
+        policy(input_ids=ids)
+        assert calls
+
+
+def test_a_deep_copy_does_not_call_the_original(tiny_model_dir, ids):
+    """The rollout copy is a deep copy with its instance forwards dropped (grpokit.rollout._plain_copy);
+    this checks that dropping them is what keeps the copy's output its own."""
+    policy = _policy(tiny_model_dir)
+    fused_lora.install(policy)
+    twin = copy.deepcopy(policy)
+    for module in twin.modules():
+        module.__dict__.pop("forward", None)
+    with torch.no_grad():
+        for name, param in twin.named_parameters():
+            if "lora_B" in name:
+                param.zero_()
+        torch.testing.assert_close(twin(input_ids=ids).logits, twin.get_base_model()(input_ids=ids).logits)
