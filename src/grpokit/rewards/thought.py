@@ -13,8 +13,8 @@ dropped) and answered worse (14% at step 25 against 30%; bench/RESULTS.md v0.29)
 Equations are read with a regular expression and checked with exact fractions; the text is never
 evaluated. Gaming it: `1 + 1 = 2` uses no number of the problem, listing candidates (`21 + 7 = 27,
 21 + 7 = 28`) writes a false one, a step with a decimal (`20 / 16 = 1.5`) scores 0 rather than go
-unread, and padding past the bound scores 0. Only `x op y = z` is read: prose (`16 and 20 make 4`) is not. Every demonstration the task writes
-(`worked`, `tries`, `backtrack`) earns 1 (tested).
+unread, and padding past the bound scores 0. Only `x op y = z` is read: prose (`16 and 20 make 4`) is
+not. Every demonstration the task writes (`worked`, `tries`, `backtrack`) earns 1 (tested).
 """
 
 from __future__ import annotations
