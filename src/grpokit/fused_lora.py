@@ -6,7 +6,8 @@ output-sized tensor, and its backward runs each op's own gradient (on a 2-core C
 recipe's 210 adapted layers and a few hundred tokens per micro-batch, these small ops and their Python
 cost were ~30% of the training pass, bench/RESULTS.md v0.30). Here one function does the same arithmetic:
 forward `y = x W^T + b`, then `y += scaling * (x A^T) B^T` as one `addmm`; backward five GEMMs (the input's
-gradient through W and through the adapter, and A's and B's), with the input cast once and saved once.
+gradient through W and through the adapter, and A's and B's), with the input cast once and saved once,
+and one cast for the projections that read the same input (q, k, v; gate, up).
 
 Used for plain LoRA only: one active adapter, no dropout, no DoRA or other variant, a frozen base and bias,
 not merged. Anything else (and the adapter switched off, as the reference pass does) runs peft's forward.
@@ -25,12 +26,38 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
+class _Cast:
+    """The last input cast to the compute dtype. q, k and v (gate and up) read the same hidden state: one
+    cast serves them, and autograd saves it once instead of once per projection."""
+
+    def __init__(self) -> None:
+        self.source: torch.Tensor | None = None
+        self.key: tuple = ()
+        self.value: torch.Tensor | None = None
+
+    def get(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if x.dtype == dtype:
+            return x
+        key = (x._version, dtype)
+        if x is not self.source or key != self.key or self.value is None:
+            self.source, self.value = None, None  # the previous layer's pair is not kept alive meanwhile
+            self.source, self.key, self.value = x, key, x.to(dtype)
+        return self.value
+
+    def clear(self) -> None:
+        self.source, self.value = None, None
+
+
+cast_input = _Cast()
+
+
 class _LoraLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, lora_a, lora_b, scaling: float):  # type: ignore[override]
         dtype = _compute_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
-            flat = x.reshape(-1, x.size(-1)).to(dtype)  # [n, in]
+            # the input's gradient returns in its own dtype: q, k and v's add up in fp32, as peft's do
+            flat = cast_input.get(x, dtype).reshape(-1, x.size(-1))  # [n, in]
             a, b = lora_a.to(dtype), lora_b.to(dtype)  # [r, in], [out, r]
             w = weight.to(dtype)
             out = F.linear(flat, w, bias.to(dtype) if bias is not None else None)  # [n, out]

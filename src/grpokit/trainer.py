@@ -239,6 +239,7 @@ class GrpoTrainer(GRPOTrainer):
             self.micro_batch_rows, self._pass_retry = smaller, inputs
         self._pass_inputs = None  # TRL's buffer holds the rows as long as they are needed
         head.cast_weight.clear()  # the LM head's low-precision copy, reused by the pass's micro-batches
+        fused_lora.cast_input.clear()  # the last adapted layer's input and its cast
         memory.trim()  # the training pass's freed activations leave before the next rollout
         return loss
 
