@@ -423,6 +423,9 @@ def test_dithered_rounding_keeps_what_lies_between_two_bf16_numbers_on_average(s
         if frac < 0.5:  # rounded to nearest, the whole part under half a step is gone
             assert x.to(torch.bfloat16).float().unique().tolist() == [sign * 1.0]
     assert torch.equal(round_dithered(x), round_dithered(x))  # the same thresholds every time
+    inplace = x.clone()
+    assert round_dithered(inplace, in_place=True) is inplace and inplace.dtype == torch.float32
+    assert torch.equal(inplace.to(torch.bfloat16), round_dithered(x))  # refresh's path: the same numbers
 
 
 def test_a_merged_bf16_copy_keeps_small_adapter_changes_on_average(tiny_model_dir):

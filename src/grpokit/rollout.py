@@ -494,6 +494,8 @@ def refresh(copy: Any, policy: Any) -> None:
                 value = getattr(layer, pname)
                 if pname != "weight" or deltas is None:
                     param.copy_(value)
+                elif param.dtype == torch.bfloat16 and deltas.dtype == torch.float32 and deltas.is_contiguous():
+                    param.copy_(round_dithered(deltas.add_(value), in_place=True))  # deltas: a fresh tensor
                 elif param.dtype == torch.bfloat16:
                     param.copy_(round_dithered(value.float() + deltas))
                 else:
@@ -508,7 +510,7 @@ def refresh(copy: Any, policy: Any) -> None:
 _DITHER: dict[tuple, torch.Tensor] = {}  # per weight shape and device: a fixed threshold for each position
 
 
-def round_dithered(x: torch.Tensor) -> torch.Tensor:
+def round_dithered(x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """fp32 `x` rounded to bf16 up or down, each position against a fixed pseudo-random threshold: a value
     a quarter of the way to the next bf16 number rounds up at a quarter of the positions, so the rounded
     weights carry `x` on average where round-to-nearest drops every part under half a step.
@@ -522,6 +524,9 @@ def round_dithered(x: torch.Tensor) -> torch.Tensor:
     different at 4.0% against 1.2-1.6% of positions. The thresholds are drawn once per shape (9 MB for
     SmolLM2-135M's four), so `refresh` costs two integer operations per weight more and stays deterministic.
 
+    `in_place`: `x` (contiguous) holds the rounded numbers afterwards, still in fp32, and is returned
+    (`refresh` copies them into the bf16 weight, which is then exact); no tensor of x's size is made.
+
     >>> round_dithered(torch.tensor([1.0, -2.5])).tolist()  # bf16 numbers pass unchanged
     [1.0, -2.5]
     """
@@ -531,6 +536,9 @@ def round_dithered(x: torch.Tensor) -> torch.Tensor:
         gen = torch.Generator().manual_seed(len(_DITHER))
         threshold = torch.randint(0, 1 << 16, x.shape, generator=gen, dtype=torch.int32).to(x.device)
         _DITHER[key] = threshold
+    if in_place:
+        x.view(torch.int32).add_(threshold).bitwise_and_(-(1 << 16))
+        return x
     bits = x.contiguous().view(torch.int32) + threshold  # sign and magnitude: adding to the low bits rounds |x| up
     return bits.bitwise_and_(-(1 << 16)).view(torch.float32).to(torch.bfloat16)  # low 16 bits cut: exact
 
@@ -542,4 +550,7 @@ def _deltas(layer: Any) -> torch.Tensor | None:
     active = [a for a in layer.active_adapters if a in owned]
     if not active:
         return None
-    return sum(layer.get_delta_weight(a) for a in active)
+    deltas = layer.get_delta_weight(active[0])  # a new tensor (B A scaled), added to in place
+    for adapter in active[1:]:
+        deltas = deltas + layer.get_delta_weight(adapter)
+    return deltas
