@@ -125,3 +125,26 @@ def test_a_deep_copy_does_not_call_the_original(tiny_model_dir, ids):
             if "lora_B" in name:
                 param.zero_()
         torch.testing.assert_close(twin(input_ids=ids).logits, twin.get_base_model()(input_ids=ids).logits)
+
+
+def test_the_grpo_and_sft_trainers_route_their_lora_layers_through_it(tiny_model_dir, tmp_path, calls):
+    from grpokit import cold_start, train
+    from grpokit.config import build_recipe
+    from grpokit.models import load_model
+    from tests.conftest import tiny_recipe
+
+    recipe = build_recipe(tiny_recipe(tiny_model_dir, tmp_path, cold_start={"examples": 8, "batch_size": 8}))
+    model, tokenizer = load_model(recipe.model.name)
+    sft = cold_start.build_trainer(train.attach_lora(model, recipe), tokenizer, recipe, tmp_path / "sft")
+    batch = sft._prepare_inputs(next(iter(sft.get_train_dataloader())))
+    sft.compute_loss(sft.model, batch).backward()
+    layers = sum(1 for name, _ in sft.model.named_modules() if name.endswith("lora_A"))
+    assert len(calls) == layers > 0
+
+    from peft.tuners.lora import Linear
+
+    from tests.test_prefix import _trainer
+
+    grpo = _trainer(tiny_model_dir, tmp_path / "grpo", lora=True, beta=0.0)
+    adapted = [m for m in grpo.model.modules() if type(m) is Linear]
+    assert adapted and all("forward" in vars(m) for m in adapted)

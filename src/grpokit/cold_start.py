@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grpokit import memory
+from grpokit import fused_lora, memory
 from grpokit.checkpoints import mark_complete
 from grpokit.config import Recipe, default_report_to
 from grpokit.parsing import THINK_TAGS, Tags
@@ -106,13 +106,16 @@ def build_trainer(
             # after every micro-batch reached 2.05 GB but faults the pages in again (bench/RESULTS.md v0.24).
             memory.trim()
 
-    return _sft_trainer_class()(
+    trainer = _sft_trainer_class()(
         model=model,
         args=args,
         train_dataset=data,
         processing_class=tokenizer,
         callbacks=[*(callbacks or []), _Housekeeping()],
     )
+    if trainer.accelerator.num_processes == 1 and not trainer.is_deepspeed_enabled and not trainer.is_fsdp_enabled:
+        fused_lora.install(trainer.model)  # several processes: ZeRO-3 and FSDP gather weights in module hooks
+    return trainer
 
 
 def _sft_trainer_class() -> type:
