@@ -4,8 +4,9 @@ The model is the embedded one as the default recipe's warm-up leaves it (`bench_
 warm-up adapter with `--warm`, else trained here once), merged. Two shapes, each timed `--repeats` times with the two
 engines alternated:
 
-- rollout: the default recipe's GRPO batch, 8 prompts x 4, T=1, at most 64 tokens, stopping at `</answer>`
-  (natural lengths: the warm-up model answers in ~35 tokens), on the rollout copy's precision;
+- rollout: the default recipe's GRPO batch (prompts x num_generations: 8 x 8), T=1, at most 64 tokens,
+  stopping at `</answer>` (natural lengths: the warm-up model answers in ~40 tokens), on the rollout copy's
+  precision;
 - evaluation: 50 held-out prompts, greedy, at most 64 tokens (the recipe's `eval.batch_size`), in fp32
   as evaluation's merged copy.
 
@@ -112,18 +113,22 @@ def main() -> int:
         }
         results[shape]["same_tokens_first_round"] = drawn["transformers"] == drawn["grpokit"]
 
-    gemm = {d: {n: matmul_gflops(n, d, repeats=30) for n in (32, 50)} for d in ("float32", "bfloat16")}
+    width = {shape: len(rows) for shape, (_, rows, _) in shapes.items()}
+    gemm = {d: {n: matmul_gflops(n, d, repeats=30) for n in set(width.values())} for d in ("float32", "bfloat16")}
     params = sum(p.numel() for p in model.parameters())
-    # The rollout's ceiling is the machine's faster precision at 32 rows; evaluation's, fp32 at 50 rows.
-    ceiling = {32: max(g[32] for g in gemm.values()) * 1e9 / (2 * params), 50: gemm["float32"][50] * 1e9 / (2 * params)}
+    # Each shape's ceiling at its own rows: the rollout in the machine's faster precision, evaluation in fp32.
+    ceiling = {
+        "rollout": max(g[width["rollout"]] for g in gemm.values()) * 1e9 / (2 * params),
+        "evaluation": gemm["float32"][width["evaluation"]] * 1e9 / (2 * params),
+    }
     cpu = cpu_name()
     print(
         f"\nCPU: {cpu}; bf16 / fp32 matmul speed {cpu_bf16_speedup():.2f}x; rollouts in {dtype}, evaluation in fp32; "
         f"{torch.get_num_threads()} threads"
     )
     print(
-        f"ceiling: rollout {ceiling[32]:.0f} tok/s (32 rows, faster precision), "
-        f"evaluation {ceiling[50]:.0f} (50 rows, fp32) "
+        f"ceiling: rollout {ceiling['rollout']:.0f} tok/s ({width['rollout']} rows, faster precision), "
+        f"evaluation {ceiling['evaluation']:.0f} ({width['evaluation']} rows, fp32) "
         f"(2 x {params / 1e6:.1f}M FLOPs per token)"
     )
     print(
@@ -131,13 +136,12 @@ def main() -> int:
         f"{'speed-up':>8}"
     )
     for shape, r in results.items():
-        n = 32 if shape == "rollout" else 50
         for engine in engines:
             e = r[engine]
             speedup = e["tok_s"] / r["transformers"]["tok_s"]
             print(
                 f"{shape:<11} {engine:<13} {e['rows']:>4} {e['tokens_per_call']:>6.0f} {e['seconds']:>8.2f} "
-                f"{e['tok_s']:>6.0f} {100 * e['tok_s'] / ceiling[n]:>5.0f}% {speedup:>7.2f}x"
+                f"{e['tok_s']:>6.0f} {100 * e['tok_s'] / ceiling[shape]:>5.0f}% {speedup:>7.2f}x"
             )
         print(f"{shape:<11} same tokens in the first round: {r['same_tokens_first_round']}")
     path = out / "results_decode.json"
