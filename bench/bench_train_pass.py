@@ -96,6 +96,10 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         shared_prefix=name.startswith("grpokit"),
         micro_batch_rows=int(name.split("micro")[1].split("-")[0]) if "micro" in name else None,
     )
+    if name == "trl":  # TRL's pass on peft's own LoRA layers, not grpokit's fused ones
+        from grpokit import fused_lora
+
+        fused_lora.uninstall(trainer.model)
     trainer.current_gradient_accumulation_steps = 1  # what Trainer.train sets
     trainer.model.train()
     batch = build_batch(tokenizer, group)

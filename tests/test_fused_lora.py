@@ -148,3 +148,11 @@ def test_the_grpo_and_sft_trainers_route_their_lora_layers_through_it(tiny_model
     grpo = _trainer(tiny_model_dir, tmp_path / "grpo", lora=True, beta=0.0)
     adapted = [m for m in grpo.model.modules() if type(m) is Linear]
     assert adapted and all("forward" in vars(m) for m in adapted)
+
+
+def test_uninstall_gives_peft_its_forward_back(tiny_model_dir, ids, calls):
+    policy = _policy(tiny_model_dir)
+    layers = fused_lora.install(policy)
+    assert fused_lora.uninstall(policy) == layers
+    policy(input_ids=ids)
+    assert not calls
