@@ -113,8 +113,7 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=[*(callbacks or []), _Housekeeping()],
     )
-    if trainer.accelerator.num_processes == 1 and not trainer.is_deepspeed_enabled and not trainer.is_fsdp_enabled:
-        fused_lora.install(trainer.model)  # several processes: ZeRO-3 and FSDP gather weights in module hooks
+    fused_lora.install_on(trainer)
     return trainer
 
 

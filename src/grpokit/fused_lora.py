@@ -20,41 +20,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from grpokit.casts import CastOnce, compute_dtype
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-
-
-class _Cast:
-    """The last input cast to the compute dtype. q, k and v (gate and up) read the same hidden state: one
-    cast serves them, and autograd saves it once instead of once per projection."""
-
-    def __init__(self) -> None:
-        self.source: torch.Tensor | None = None
-        self.key: tuple = ()
-        self.value: torch.Tensor | None = None
-
-    def get(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        if x.dtype == dtype:
-            return x
-        key = (x._version, dtype)
-        if x is not self.source or key != self.key or self.value is None:
-            self.source, self.value = None, None  # the previous layer's pair is not kept alive meanwhile
-            self.source, self.key, self.value = x, key, x.to(dtype)
-        return self.value
-
-    def clear(self) -> None:
-        self.source, self.value = None, None
-
-
-cast_input = _Cast()
+cast_input = CastOnce()  # q, k and v (gate and up) read the same input: one cast, saved once
 
 
 class _LoraLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, lora_a, lora_b, scaling: float):  # type: ignore[override]
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             # the input's gradient returns in its own dtype: q, k and v's add up in fp32, as peft's do
             flat = cast_input.get(x, dtype).reshape(-1, x.size(-1))  # [n, in]
@@ -90,7 +64,7 @@ class _LoraLinear(torch.autograd.Function):
 
 
 def _plain(layer: Any) -> tuple | None:
-    """(A, B, scaling) of a peft LoRA linear layer this function computes exactly, else None."""
+    """(W, bias, A, B, scaling) of a peft LoRA linear layer this function computes exactly, else None."""
     if layer.merged or layer.disable_adapters or len(layer.active_adapters) != 1:
         return None
     name = layer.active_adapters[0]
@@ -104,16 +78,13 @@ def _plain(layer: Any) -> tuple | None:
         return None
     if base.bias is not None and base.bias.requires_grad:
         return None
-    return layer.lora_A[name].weight, layer.lora_B[name].weight, layer.scaling[name]
+    return base.weight, base.bias, layer.lora_A[name].weight, layer.lora_B[name].weight, layer.scaling[name]
 
 
 def _forward(layer: Any, peft_forward: Any):
     def forward(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         plain = None if args or kwargs else _plain(layer)
-        if plain is None:
-            return peft_forward(x, *args, **kwargs)
-        base = layer.get_base_layer()
-        return _LoraLinear.apply(x, base.weight, base.bias, *plain)
+        return peft_forward(x, *args, **kwargs) if plain is None else _LoraLinear.apply(x, *plain)
 
     return forward
 
@@ -125,12 +96,18 @@ def install(model: Any) -> int:
 
     count = 0
     for module in model.modules():
-        if type(module) is Linear and "forward" not in vars(module):
-            module.forward = _forward(module, module.forward)
-            count += 1
-        elif type(module) is Linear:
+        if type(module) is Linear:
+            if "forward" not in vars(module):
+                module.forward = _forward(module, module.forward)
             count += 1
     return count
+
+
+def install_on(trainer: Any) -> None:
+    """`install` on a transformers trainer's model, unless several processes train it: ZeRO-3 and FSDP
+    gather the weights in module hooks, which the function would bypass."""
+    if trainer.accelerator.num_processes == 1 and not trainer.is_deepspeed_enabled and not trainer.is_fsdp_enabled:
+        install(trainer.model)
 
 
 def uninstall(model: Any) -> int:

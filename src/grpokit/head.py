@@ -15,36 +15,28 @@ from __future__ import annotations
 
 import torch
 
+from grpokit.casts import CastOnce, compute_dtype
+
 TILE = 4096  # vocabulary entries per tile (TRL's size): three [tokens, TILE] buffers at a time
-
-
-class _Cast:
-    """The head weight in the compute dtype, cast once and reused until the weight changes (a trained head
-    is rewritten in place by the optimizer, which bumps its version) or `clear` is called."""
-
-    def __init__(self) -> None:
-        self.key: tuple | None = None
-        self.value: torch.Tensor | None = None
-
-    def get(self, weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        if weight.dtype == dtype:
-            return weight.detach()
-        key = (weight.data_ptr(), weight._version, weight.shape, dtype)
-        if key != self.key:
-            self.value, self.key = None, None  # the old copy goes before the new one is made
-            self.value, self.key = weight.detach().to(dtype), key
-        return self.value
-
-    def clear(self) -> None:
-        self.key, self.value = None, None
-
-
-cast_weight = _Cast()
+cast_weight = CastOnce()  # the head weight in the compute dtype, once per training pass
 
 
 def _tiles(vocab: int):
     for start in range(0, vocab, TILE):
         yield slice(start, min(start + TILE, vocab))
+
+
+def _tile_logits(h, w, bias, cols: slice, inv_t: float, low: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The tile's logits `h w[cols]^T (+ bias) / T` in fp32, written into `out` (via `low`, the GEMM's dtype)."""
+    width = cols.stop - cols.start
+    z = out[:, :width]
+    torch.mm(h, w[cols].t(), out=low[:, :width])
+    z.copy_(low[:, :width])
+    if bias is not None:
+        z += bias[cols].float()
+    if inv_t != 1.0:
+        z *= inv_t
+    return z
 
 
 class CompletionLogProbs(torch.autograd.Function):
@@ -58,7 +50,7 @@ class CompletionLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, temperature: float, entropy: bool):  # type: ignore[override]
         ctx.set_materialize_grads(False)
-        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+        dtype = compute_dtype(hidden)
         inv_t = 1.0 / temperature
         n = hidden.size(0)
         with torch.autocast("cpu", enabled=False):
@@ -70,13 +62,7 @@ class CompletionLogProbs(torch.autograd.Function):
             sum_exp, z_sum_exp, target = torch.zeros(n), torch.zeros(n), torch.zeros(n)
             for cols in _tiles(weight.size(0)):
                 width = cols.stop - cols.start
-                zt, et = z[:, :width], e[:, :width]
-                torch.mm(h, w[cols].t(), out=low[:, :width])
-                zt.copy_(low[:, :width])
-                if bias is not None:
-                    zt += bias[cols].float()
-                if inv_t != 1.0:
-                    zt *= inv_t
+                zt, et = _tile_logits(h, w, bias, cols, inv_t, low, z), e[:, :width]
                 new_max = torch.maximum(running_max, zt.amax(dim=1))
                 rescale = (running_max - new_max).exp_()
                 torch.sub(zt, new_max.unsqueeze(1), out=et).exp_()
@@ -115,13 +101,7 @@ class CompletionLogProbs(torch.autograd.Function):
             g_ent = grad_entropy.float().unsqueeze(1) if grad_entropy is not None else None
             for cols in _tiles(weight.size(0)):
                 width = cols.stop - cols.start
-                gt = grad[:, :width]
-                torch.mm(h, w[cols].t(), out=low[:, :width])
-                gt.copy_(low[:, :width])  # z, then log p, then its gradient, in place
-                if bias is not None:
-                    gt += bias[cols].float()
-                if inv_t != 1.0:
-                    gt *= inv_t
+                gt = _tile_logits(h, w, bias, cols, inv_t, low, grad)  # z, then log p, then its gradient, in place
                 gt -= log_z.unsqueeze(1)
                 # d log p_t / dz_j = 1[j = t] - p_j;  d H / dz_j = -p_j (log p_j + H)
                 if g_ent is not None:

@@ -494,10 +494,8 @@ def refresh(copy: Any, policy: Any) -> None:
                 value = getattr(layer, pname)
                 if pname != "weight" or deltas is None:
                     param.copy_(value)
-                elif param.dtype == torch.bfloat16 and deltas.dtype == torch.float32 and deltas.is_contiguous():
-                    param.copy_(round_dithered(deltas.add_(value), in_place=True))  # deltas: a fresh tensor
-                elif param.dtype == torch.bfloat16:
-                    param.copy_(round_dithered(value.float() + deltas))
+                elif param.dtype == torch.bfloat16:  # deltas: a fresh tensor (a copy only if not fp32 already)
+                    param.copy_(round_dithered(deltas.float().contiguous().add_(value), in_place=True))
                 else:
                     param.copy_(value + deltas)
         else:

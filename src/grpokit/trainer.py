@@ -25,7 +25,7 @@ from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.callbacks import SyncRefModelCallback
 
-from grpokit import disk, fused_lora, head, memory, prefix
+from grpokit import casts, disk, fused_lora, memory, prefix
 from grpokit.attention import use_grouped_attention
 from grpokit.checkpoints import mark_complete
 from grpokit.rollout import (
@@ -87,8 +87,7 @@ class GrpoTrainer(GRPOTrainer):
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
-        if self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled and not self.is_fsdp_enabled:
-            fused_lora.install(self.model)  # several processes: ZeRO-3 and FSDP gather weights in module hooks
+        fused_lora.install_on(self)
         self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
         self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
         self._recipe_micro_batch_rows = self.micro_batch_rows  # what a smaller size learned after an OOM replaced
@@ -238,8 +237,7 @@ class GrpoTrainer(GRPOTrainer):
             )
             self.micro_batch_rows, self._pass_retry = smaller, inputs
         self._pass_inputs = None  # TRL's buffer holds the rows as long as they are needed
-        head.cast_weight.clear()  # the LM head's low-precision copy, reused by the pass's micro-batches
-        fused_lora.cast_input.clear()  # the last adapted layer's input and its cast
+        casts.clear()  # the pass's casts kept for reuse (the LM head's weight, the last adapted layer's input)
         memory.trim()  # the training pass's freed activations leave before the next rollout
         return loss
 
