@@ -96,10 +96,11 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         shared_prefix=name.startswith("grpokit"),
         micro_batch_rows=int(name.split("micro")[1].split("-")[0]) if "micro" in name else None,
     )
-    if name == "trl":  # TRL's pass on peft's own LoRA layers, not grpokit's fused ones
-        from grpokit import fused_lora
+    if name == "trl":  # TRL's pass on peft's LoRA layers and transformers' modules, not grpokit's fused ones
+        from grpokit import fused_lora, fused_ops
 
         fused_lora.uninstall(trainer.model)
+        fused_ops.uninstall(trainer.model)
     trainer.current_gradient_accumulation_steps = 1  # what Trainer.train sets
     trainer.model.train()
     batch = build_batch(tokenizer, group)

@@ -44,7 +44,7 @@ def calls(monkeypatch):
     apply = fused_lora._LoraLinear.apply
 
     def counted(*args):
-        seen.append(args[0].shape)
+        seen.append(args[1].size(0))  # the outputs: a group's sum
         return apply(*args)
 
     monkeypatch.setattr(fused_lora._LoraLinear, "apply", counted)
@@ -59,7 +59,11 @@ def test_fp32_equals_peft(tiny_model_dir, ids, calls):
     assert fused_lora.install(policy) == layers, "installing twice wraps nothing twice"
     loss, grads = _loss_and_grads(policy, ids)
 
-    assert len(calls) == layers, "every adapted layer ran the function, once"
+    blocks = policy.config.num_hidden_layers
+    assert len(calls) == 4 * blocks, "once per block for q/k/v, o, gate/up and down: the siblings together"
+    config = policy.config
+    width, kv = config.hidden_size, config.num_key_value_heads * config.hidden_size // config.num_attention_heads
+    assert calls[:4] == [width + 2 * kv, width, 2 * config.intermediate_size, width]
     torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
     assert grads.keys() == grads_ref.keys() and any("lora_A" in n for n in grads)
     for name, grad in grads_ref.items():
@@ -138,8 +142,7 @@ def test_the_grpo_and_sft_trainers_route_their_lora_layers_through_it(tiny_model
     sft = cold_start.build_trainer(train.attach_lora(model, recipe), tokenizer, recipe, tmp_path / "sft")
     batch = sft._prepare_inputs(next(iter(sft.get_train_dataloader())))
     sft.compute_loss(sft.model, batch).backward()
-    layers = sum(1 for name, _ in sft.model.named_modules() if name.endswith("lora_A"))
-    assert len(calls) == layers > 0
+    assert len(calls) == 4 * model.config.num_hidden_layers > 0  # q/k/v, o, gate/up, down
 
     from peft.tuners.lora import Linear
 
@@ -148,6 +151,8 @@ def test_the_grpo_and_sft_trainers_route_their_lora_layers_through_it(tiny_model
     grpo = _trainer(tiny_model_dir, tmp_path / "grpo", lora=True, beta=0.0)
     adapted = [m for m in grpo.model.modules() if type(m) is Linear]
     assert adapted and all("forward" in vars(m) for m in adapted)
+    norms = [m for m in grpo.model.modules() if type(m).__name__.endswith("RMSNorm")]
+    assert norms and all("forward" in vars(m) for m in norms), "grpokit.fused_ops installed too"
 
 
 def test_uninstall_gives_peft_its_forward_back(tiny_model_dir, ids, calls):
@@ -156,3 +161,60 @@ def test_uninstall_gives_peft_its_forward_back(tiny_model_dir, ids, calls):
     assert fused_lora.uninstall(policy) == layers
     policy(input_ids=ids)
     assert not calls
+
+
+def test_siblings_share_one_weight_matrix_and_their_own_values(tiny_model_dir, ids):
+    policy = _policy(tiny_model_dir)
+    before = {name: value.clone() for name, value in policy.state_dict().items()}
+    fused_lora.install(policy)
+    with torch.no_grad():
+        policy(input_ids=ids)
+    attention = policy.get_base_model().model.layers[0].self_attn
+    q, k, v = (getattr(attention, name).get_base_layer().weight for name in ("q_proj", "k_proj", "v_proj"))
+    assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+    assert k.storage_offset() == q.numel() and v.storage_offset() == q.numel() + k.numel()
+    after = policy.state_dict()
+    assert after.keys() == before.keys()
+    for name, value in before.items():
+        torch.testing.assert_close(after[name], value, rtol=0, atol=0)
+
+
+def test_a_sibling_called_on_another_input_computes_its_own(tiny_model_dir):
+    policy = _policy(tiny_model_dir)
+    attention = policy.get_base_model().model.layers[0].self_attn
+    x, y = torch.randn(2, 5, policy.config.hidden_size).unbind(0)
+    with torch.no_grad():
+        expected = [attention.q_proj(x), attention.k_proj(y), attention.v_proj(x), attention.k_proj(x)]
+        fused_lora.install(policy)
+        got = [attention.q_proj(x), attention.k_proj(y), attention.v_proj(x), attention.k_proj(x)]
+    for value, reference in zip(got, expected, strict=True):
+        torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_siblings_with_their_own_scalings_or_one_not_plain(tiny_model_dir, ids, calls):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules="all-linear", rank_pattern={"k_proj": 2}, alpha_pattern={"up_proj": 32}
+    )
+    policy = get_peft_model(base, config)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_" in name:
+                param.add_(0.1 * torch.randn_like(param))
+    loss_ref, grads_ref = _loss_and_grads(policy, ids)
+    fused_lora.install(policy)
+    loss, grads = _loss_and_grads(policy, ids)
+    assert len(calls) == 4 * policy.config.num_hidden_layers
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for name, grad in grads_ref.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+
+    calls.clear()
+    policy.get_base_model().model.layers[0].self_attn.v_proj.lora_dropout["default"] = torch.nn.Dropout(0.5)
+    policy.train()
+    policy(input_ids=ids)
+    assert len(calls) == 4 * policy.config.num_hidden_layers + 1, "q and k on their own, v through peft"

@@ -296,12 +296,14 @@ def fused(modules: tuple) -> tuple[torch.Tensor, torch.Tensor | None]:
     of its rows, so whatever later writes them in place (the rollout copy's `refresh`) writes the fused
     matrix too, and freeing them (`RolloutCopy.release`) frees it. Until something reallocates a weight,
     later calls only check that the rows still lie end to end and return the view."""
-    return _joined([m.weight for m in modules], modules, "weight"), (
-        None if modules[0].bias is None else _joined([m.bias for m in modules], modules, "bias")
+    return joined([m.weight for m in modules], modules, "weight"), (
+        None if modules[0].bias is None else joined([m.bias for m in modules], modules, "bias")
     )
 
 
-def _joined(tensors: list[torch.Tensor], modules: tuple, name: str) -> torch.Tensor:
+def joined(tensors: list[torch.Tensor], modules: Any, name: str) -> torch.Tensor:
+    """`tensors` (attribute `name` of each of `modules`) as one tensor along the first dimension, each
+    module's attribute then a view of its rows (see `fused`)."""
     first = tensors[0]
     rows = sum(t.shape[0] for t in tensors)
     offset, adjacent = first.storage_offset(), True
@@ -311,9 +313,9 @@ def _joined(tensors: list[torch.Tensor], modules: tuple, name: str) -> torch.Ten
         offset += t.numel()
     if adjacent:
         return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
-    joined = torch.cat([t.detach() for t in tensors])
+    whole = torch.cat([t.detach() for t in tensors])
     start = 0
     for module, t in zip(modules, tensors, strict=True):
-        getattr(module, name).data = joined[start : start + t.shape[0]]
+        getattr(module, name).data = whole[start : start + t.shape[0]]
         start += t.shape[0]
-    return joined
+    return whole

@@ -9,6 +9,11 @@ forward `y = x W^T + b`, then `y += scaling * (x A^T) B^T` as one `addmm`; backw
 gradient through W and through the adapter, and A's and B's), with the input cast once and saved once,
 and one cast for the projections that read the same input (q, k, v; gate, up).
 
+Projections that read the same input (q, k and v; gate and up) run as one such function: their frozen base
+weights held as one matrix (each layer's weight a view of its rows), their A matrices stacked and their B
+matrices (scaled) on a block diagonal, so that the group is the same five GEMMs in the backward as one layer,
+not five per layer; the first layer's call computes the group and the others take their share of it.
+
 Used for plain LoRA only: one active adapter, no dropout, no DoRA or other variant, a frozen base and bias,
 not merged. Anything else (and the adapter switched off, as the reference pass does) runs peft's forward.
 """
@@ -89,11 +94,77 @@ def _forward(layer: Any, peft_forward: Any):
     return forward
 
 
+# Sibling projections that read the same input, by their parent's attribute names (Llama, Qwen, Mistral...).
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class _Group:
+    """Plain LoRA layers that read the same input, computed by one function call: the first layer's call
+    computes every layer's output and keeps the others' until they are called with the same input (any
+    other input, or a layer that is not plain LoRA, computes on its own)."""
+
+    def __init__(self, layers: list[Any]) -> None:
+        self.layers = layers
+        self.input: torch.Tensor | None = None
+        self.outputs: dict[int, torch.Tensor] = {}
+
+    def forward(self, index: int, x: torch.Tensor, peft_forward: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+        if index == 0:
+            self.input, self.outputs = None, {}
+            plains = None if args or kwargs else [_plain(layer) for layer in self.layers]
+            if plains is not None and _joinable(plains):
+                outputs = self._together(x, plains)
+                self.input, self.outputs = x, dict(enumerate(outputs[1:], start=1))
+                return outputs[0]
+        elif x is self.input and index in self.outputs:
+            output = self.outputs.pop(index)
+            if not self.outputs:
+                self.input = None
+            return output
+        plain = None if args or kwargs else _plain(self.layers[index])
+        return peft_forward(x, *args, **kwargs) if plain is None else _LoraLinear.apply(x, *plain)
+
+    def _together(self, x: torch.Tensor, plains: list[tuple]) -> tuple[torch.Tensor, ...]:
+        from grpokit.decode import joined
+
+        bases = [layer.get_base_layer() for layer in self.layers]
+        weight = joined([p[0] for p in plains], bases, "weight")  # [sum of outputs, in]
+        bias = None if plains[0][1] is None else joined([p[1] for p in plains], bases, "bias")
+        lora_a = torch.cat([p[2] for p in plains])  # [layers r, in]
+        lora_b = torch.block_diag(*[p[3] * p[4] for p in plains])  # [sum of outputs, layers r]
+        out = _LoraLinear.apply(x, weight, bias, lora_a, lora_b, 1.0)
+        return out.split([p[0].size(0) for p in plains], dim=-1)
+
+
+def _joinable(plains: list[tuple | None]) -> bool:
+    """Whether these layers' (W, bias, A, B, scaling) make one matrix each: all plain, one dtype and device,
+    all with a bias or none."""
+    if not all(plains):
+        return False
+    weights = [p[0] for p in plains]  # type: ignore[index]
+    return len({(w.dtype, w.device, w.size(1)) for w in weights}) == 1 and len({p[1] is None for p in plains}) == 1  # type: ignore[index]
+
+
+def _grouped_forward(group: _Group, index: int, peft_forward: Any):
+    def forward(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return group.forward(index, x, peft_forward, args, kwargs)
+
+    return forward
+
+
 def install(model: Any) -> int:
     """Route each of `model`'s peft LoRA linear layers through the fused function (peft's own forward where
-    it does not apply, decided at each call); returns how many layers. Idempotent."""
+    it does not apply, decided at each call), sibling projections (`GROUPS`) as one; returns how many
+    layers. Idempotent."""
     from peft.tuners.lora import Linear
 
+    for parent in model.modules():
+        for names in GROUPS:
+            layers = [getattr(parent, name, None) for name in names]
+            if all(type(layer) is Linear and "forward" not in vars(layer) for layer in layers):
+                group = _Group(layers)
+                for index, layer in enumerate(layers):
+                    layer.forward = _grouped_forward(group, index, layer.forward)
     count = 0
     for module in model.modules():
         if type(module) is Linear:
@@ -104,10 +175,14 @@ def install(model: Any) -> int:
 
 
 def install_on(trainer: Any) -> None:
-    """`install` on a transformers trainer's model, unless several processes train it: ZeRO-3 and FSDP
-    gather the weights in module hooks, which the function would bypass."""
+    """`install` (and `grpokit.fused_ops.install`: RMSNorm, the MLP's SiLU product) on a transformers
+    trainer's model, unless several processes train it: ZeRO-3 and FSDP gather the weights in module hooks,
+    which the functions would bypass."""
     if trainer.accelerator.num_processes == 1 and not trainer.is_deepspeed_enabled and not trainer.is_fsdp_enabled:
+        from grpokit import fused_ops
+
         install(trainer.model)
+        fused_ops.install(trainer.model)
 
 
 def uninstall(model: Any) -> int:
