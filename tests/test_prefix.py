@@ -8,6 +8,7 @@ import torch
 
 from grpokit.config import build_grpo_config, build_recipe
 from grpokit.prefix import prompt_groups
+from grpokit.rollout import base_model
 from tests.conftest import tiny_recipe
 
 PAD = 2  # the tiny tokenizer's pad (<|im_end|>)
@@ -39,7 +40,10 @@ def _batch(seed: int = 0) -> dict:
     }
 
 
-def _trainer(model_dir, tmp_path, lora: bool, beta: float):
+def _trainer(model_dir, tmp_path, lora: bool, beta: float, packed: bool = True):
+    """A GRPO trainer on the tiny Llama. `packed`: grpokit's attention (a CPU's), whose pass forwards each
+    micro-batch's prompts and completions as one sequence; else sdpa (a GPU's), whose pass forwards the
+    prompts, then the completions on their cache."""
     import transformers
 
     from grpokit import train
@@ -58,13 +62,16 @@ def _trainer(model_dir, tmp_path, lora: bool, beta: float):
         for param in model.parameters():
             if param.requires_grad:
                 param.add_(0.05 * torch.randn_like(param))
-    return GrpoTrainer(
+    trainer = GrpoTrainer(
         model=model,
         reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(completions)],
         processing_class=tokenizer,
         args=build_grpo_config(recipe, tmp_path / "g"),
         train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
     )
+    if not packed:
+        base_model(trainer.model).set_attn_implementation("sdpa")
+    return trainer
 
 
 def _loss_and_grads(trainer, batch: dict, shared: bool) -> tuple[torch.Tensor, dict, dict]:
@@ -112,9 +119,10 @@ def _micro_batched_matches(trainer, batch, shared, loss_ref, grads_ref, measure)
     return seen
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize(("lora", "beta"), [(True, 0.0), (True, 0.2), (False, 0.0), (False, 0.2)])
-def test_shared_prefix_pass_equals_the_unshared_pass(tiny_model_dir, tmp_path, lora, beta):
-    trainer = _trainer(tiny_model_dir, tmp_path, lora, beta)
+def test_shared_prefix_pass_equals_the_unshared_pass(tiny_model_dir, tmp_path, lora, beta, packed):
+    trainer = _trainer(tiny_model_dir, tmp_path, lora, beta, packed)
     assert trainer.shared_prefix, "the tiny Llama qualifies for the shared pass"
     batch = _batch()
     loss, grads, values = _loss_and_grads(trainer, batch, shared=True)
@@ -131,8 +139,25 @@ def test_shared_prefix_pass_equals_the_unshared_pass(tiny_model_dir, tmp_path, l
         assert (grads[name] - grad).abs().max() <= 1e-5 * scale, name
 
 
-def test_each_prompt_is_forwarded_once(tiny_model_dir, tmp_path):
+def test_each_prompt_is_forwarded_once_with_its_completions(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    batch = _batch()
+    seen = []
+    backbone = trainer.model.get_base_model().model
+    hook = backbone.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        _loss_and_grads(trainer, batch, shared=True)
+    finally:
+        hook.remove()
+    prompt, completion = batch["prompt_ids"].size(1), batch["completion_ids"].size(1)
+    # Rows A A A B B C C C. Old log-probs 3 rows at a time (AAA, BBC, CC), then the policy's log-probs and the
+    # loss: each one sequence of its distinct prompts and then its completions, every layer called once.
+    chunks = [(1, 3), (2, 3), (1, 2), (3, 8), (3, 8)]
+    assert seen == [(1, prompts * prompt + rows * completion) for prompts, rows in chunks]
+
+
+def test_each_prompt_is_forwarded_once(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0, packed=False)
     batch = _batch()
     seen = []
     backbone = trainer.model.get_base_model().model
@@ -161,7 +186,7 @@ def test_prompt_groups_gather_identical_prompts_wherever_they_sit():
 
 def test_a_shuffled_batch_forwards_each_prompt_once_with_the_same_result(tiny_model_dir, tmp_path):
     """TRL shuffles a generation batch's rows before the training pass: A C B A C A B C, not A A A B B C C C."""
-    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0, packed=False)
     order = torch.tensor([0, 5, 3, 1, 6, 2, 4, 7])
     batch = {k: v[order] if v.dim() else v for k, v in _batch().items()}
     loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared=False)
@@ -183,7 +208,7 @@ def test_a_training_step_forwards_each_prompt_once(tiny_model_dir, tmp_path):
     """Through TRL's own step (its shuffle included): 2 prompts x 4 completions, every row trained."""
     import random
 
-    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0, packed=False)
     rng = random.Random(0)
 
     def varied(prompts, completions, **kwargs):  # rewards that differ, so no row is skipped
@@ -213,7 +238,7 @@ def test_models_the_pass_cannot_hold_fall_back_to_trl(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_micro_batches_give_the_whole_batch_loss_and_gradient(tiny_model_dir, tmp_path, shared):
-    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2)
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2, packed=False)
     trainer.model.train()
     batch = _batch(seed=1)
     trainer.micro_batch_rows = None
@@ -235,7 +260,7 @@ def test_micro_batches_keep_groups_whole_and_split_only_groups_too_large():
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_each_micro_batch_is_as_wide_as_its_longest_completion(tiny_model_dir, tmp_path, shared):
-    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2)
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2, packed=False)
     trainer.model.train()
     batch = _batch(seed=1)
     # Group A (rows 0-2) ends by its fourth token; B and C reach the batch's width of 6.
@@ -251,3 +276,39 @@ def test_each_micro_batch_is_as_wide_as_its_longest_completion(tiny_model_dir, t
     loss_widths = widths[-6:] if shared else widths[-3:]
     completions = loss_widths[1::2] if shared else [w - prompt for w in loss_widths]
     assert completions == [4, 6, 6]
+
+
+def test_packed_micro_batches_give_the_whole_batch_loss_and_gradient(tiny_model_dir, tmp_path):
+    """The packed pass (grpokit's attention) in micro-batches of whole groups, a shuffled batch, one group
+    ending early (each micro-batch as wide as its longest completion)."""
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2)
+    trainer.model.train()
+    batch = {k: v[torch.tensor([0, 5, 3, 1, 6, 2, 4, 7])] if v.dim() else v for k, v in _batch(seed=1).items()}
+    batch["completion_mask"][batch["prompt_ids"][:, -1] == batch["prompt_ids"][0, -1], 4:] = 0  # A's rows
+    batch["num_items_in_batch"] = batch["completion_mask"].sum()
+    trainer.micro_batch_rows = None
+    loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared=False)
+    trainer.micro_batch_rows = 3
+    tokens = _micro_batched_matches(trainer, batch, True, loss_ref, grads_ref, lambda ids: tuple(ids.shape))
+    prompt = batch["prompt_ids"].size(1)
+    # The loss's three forwards, groups as they first appear (A C B): A's 3 rows 4 columns wide, C's 3 and
+    # B's 2 rows 6 wide, one prompt each.
+    assert tokens[-3:] == [(1, prompt + 3 * 4), (1, prompt + 3 * 6), (1, prompt + 2 * 6)]
+
+
+def test_an_attention_that_drops_the_packed_layout_falls_back_to_two_calls(tiny_model_dir, tmp_path, monkeypatch):
+    from grpokit import attention
+
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    batch = _batch()
+    loss_ref, grads_ref, _ = _loss_and_grads(trainer, batch, shared=False)
+
+    def dropped(module, query, key, value, packed, scaling, **kwargs):  # as a model that never passes it on
+        return torch.zeros(1, query.size(2), query.size(1), query.size(3))
+
+    monkeypatch.setattr(attention, "_packed_attention", dropped)
+    loss, grads, _ = _loss_and_grads(trainer, batch, shared=True)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
+    for name, grad in grads_ref.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    assert base_model(trainer.model)._grpokit_unpacked, "two calls from then on"

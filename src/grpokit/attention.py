@@ -23,7 +23,7 @@ causal calls without a mask, and shapes whose scores would pass `SCORES_BUDGET`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from transformers import AttentionInterface
@@ -47,7 +47,11 @@ def grouped_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """query [B, H, Q, D], key/value [B, Hkv, L, D], mask as `sdpa_mask` builds it (bool [B, 1, Q, L], True
-    where a query may attend, or None): the output [B, Q, H, D], as `sdpa_attention_forward`'s."""
+    where a query may attend, or None): the output [B, Q, H, D], as `sdpa_attention_forward`'s. A `Packed`
+    layout in `grpokit_packed` (the training pass's prompts and completions in one sequence) replaces the mask."""
+    packed = kwargs.pop("grpokit_packed", None)
+    if packed is not None:
+        return _packed_attention(module, query, key, value, packed, scaling, **kwargs), None
     rows, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     if (
@@ -78,6 +82,58 @@ def grouped_attention(
             scores = scores.view(rows, kv_heads, group * length, keys)
         out = torch.matmul(scores.softmax(-1).to(values.dtype), values).to(value.dtype)  # [B, Hkv, group * Q, D]
     return out.view(rows, heads, length, dim).transpose(1, 2), None
+
+
+class Packed(NamedTuple):
+    """One micro-batch of the training pass as one sequence (`grpokit.prefix`): `prompts` distinct prompts of
+    `prompt_width` positions each, then `len(group)` completions of `completion_width`; completion b
+    continues prompt `group[b]`. The masks (bool, True where a query may attend) are those the two-call pass
+    gave attention: each prompt causal over its own real tokens [U, 1, P, P]; each completion over its
+    prompt's real tokens and causal over its own real ones [B, 1, C, P + C]."""
+
+    prompts: int
+    prompt_width: int
+    group: torch.Tensor  # [B]
+    completion_width: int
+    prompt_mask: torch.Tensor  # [U, 1, P, P]
+    completion_mask: torch.Tensor  # [B, 1, C, P + C]
+    used: list  # one entry per attention call that read the layout (a check that every layer did)
+
+
+def _packed_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    packed: Packed,
+    scaling: Any,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """query [1, H, T, D], key/value [1, Hkv, T, D] of a `Packed` sequence -> [1, T, H, D]: the prompts attend
+    among themselves, each completion to its prompt's keys and values (the same tensors for all the group's
+    completions, so their gradients add up there) and to its own."""
+    packed.used.append(module)
+    split = packed.prompts * packed.prompt_width
+
+    def rows(x: torch.Tensor, start: int, count: int, width: int) -> torch.Tensor:  # [count, heads, width, D]
+        return x[0, :, start : start + count * width].unflatten(1, (count, width)).transpose(0, 1)
+
+    prompt_q = rows(query, 0, packed.prompts, packed.prompt_width)
+    prompt_k = rows(key, 0, packed.prompts, packed.prompt_width)
+    prompt_v = rows(value, 0, packed.prompts, packed.prompt_width)
+    count = len(packed.group)
+    answer_q = rows(query, split, count, packed.completion_width)
+    answer_k = torch.cat(
+        [prompt_k.index_select(0, packed.group), rows(key, split, count, packed.completion_width)], dim=2
+    )
+    answer_v = torch.cat(
+        [prompt_v.index_select(0, packed.group), rows(value, split, count, packed.completion_width)], dim=2
+    )
+    prompts, _ = grouped_attention(module, prompt_q, prompt_k, prompt_v, packed.prompt_mask, scaling=scaling, **kwargs)
+    answers, _ = grouped_attention(
+        module, answer_q, answer_k, answer_v, packed.completion_mask, scaling=scaling, **kwargs
+    )
+    return torch.cat([prompts.flatten(0, 1), answers.flatten(0, 1)]).unsqueeze(0)  # [1, T, H, D]
 
 
 AttentionInterface.register(NAME, grouped_attention)

@@ -8,6 +8,11 @@ rows' gradients into the one prompt computation: exactly the sum of the G copies
 completions run on top of it. Positions, padding and masks are the unshared pass's, so the logits are
 the same up to float rounding (tested against TRL's pass: log-probs, loss and every gradient).
 
+On a CPU (grpokit's attention) the prompts and the completions go through the model as one packed
+sequence in one call (`_packed`): each layer's matmuls, norms and their Python then run once per
+micro-batch instead of twice, which on the default recipe's 8-row micro-batches was ~15% of the pass
+(bench/RESULTS.md v0.31); the attention keeps the two calls' arithmetic (`grpokit.attention.Packed`).
+
 Log-probabilities are taken on completion tokens only, through a chunked LM head (`grpokit.head`: the
 full `[tokens, vocabulary]` logits never exist); TRL's own pass on a CPU scores every prompt position too.
 """
@@ -15,14 +20,18 @@ full `[tokens, vocabulary]` logits never exist); TRL's own pass on a CPU scores 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
+from grpokit.attention import NAME, Packed
 from grpokit.head import completion_logprobs
 from grpokit.rollout import base_model, cache_of
+
+log = logging.getLogger(__name__)
 
 # Settings of a model's output layer that TRL's fused head applies and this pass does not.
 _LOGIT_SETTINGS = (
@@ -126,12 +135,21 @@ def _chunk(
     prompt_mask, completion_mask = attention_mask[:, :-completion_length], attention_mask[:, -completion_length:]
     first, group = prompt_groups(prompt_ids, prompt_mask)  # [U], [B]
 
-    prompts = backbone(input_ids=prompt_ids[first], attention_mask=prompt_mask[first], use_cache=True)
-    cache = cache_of(prompts)
-    cache.reorder_cache(group)  # [U, ...] -> [B, ...]; the backward sums each group's rows
-    answers = backbone(input_ids=completion_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+    packed = None
+    if input_ids.device.type == "cpu" and _packs(base, input_ids.size(1)):  # GPUs: the two calls, sdpa's kernels
+        packed = _packed(backbone, prompt_ids[first], prompt_mask[first], group, completion_ids, attention_mask)
+        if packed is None:  # the model's attention did not pass the layout on: its two-call pass from now on
+            base._grpokit_unpacked = True
+    if packed is not None:
+        prompt_hidden, answer_hidden = packed
+    else:
+        prompts = backbone(input_ids=prompt_ids[first], attention_mask=prompt_mask[first], use_cache=True)
+        cache = cache_of(prompts)
+        cache.reorder_cache(group)  # [U, ...] -> [B, ...]; the backward sums each group's rows
+        answers = backbone(input_ids=completion_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+        prompt_hidden, answer_hidden = prompts.last_hidden_state, answers.last_hidden_state
     # The prompt's last position predicts the first completion token; each completion position the next.
-    hidden = torch.cat([prompts.last_hidden_state[group, -1:], answers.last_hidden_state[:, :-1]], dim=1)  # [B, C, H]
+    hidden = torch.cat([prompt_hidden[group, -1:], answer_hidden[:, :-1]], dim=1)  # [B, C, H]
 
     head = base.get_output_embeddings()
     mask = completion_mask.bool()  # [B, C]
@@ -146,3 +164,60 @@ def _chunk(
     # masked_scatter keeps the result attached to the graph even when no token is real
     entropy = entropies.new_zeros(mask.shape).masked_scatter(mask, entropies) if compute_entropy else None
     return logps.new_zeros(mask.shape).masked_scatter(mask, logps), entropy
+
+
+def _packs(base: Any, width: int) -> bool:
+    """Whether `_packed` serves this model: grpokit's attention (set on a CPU), no sliding window the
+    sequence could pass (the packed masks are plain causal), not found unable before."""
+    config = base.config
+    window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+    return (
+        getattr(config, "_attn_implementation", None) == NAME
+        and not getattr(base, "_grpokit_unpacked", False)
+        and (not window or width <= window)
+    )
+
+
+def _packed(
+    backbone: Any,
+    prompt_ids: torch.Tensor,  # [U, P] the distinct prompts, left-padded
+    prompt_mask: torch.Tensor,  # [U, P]
+    group: torch.Tensor,  # [B] each completion's prompt
+    completion_ids: torch.Tensor,  # [B, C]
+    attention_mask: torch.Tensor,  # [B, P + C]
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The prompts and completions as one sequence through the backbone in one call: (prompts' hidden states
+    [U, P, H], completions' [B, C, H]). What the two calls (the prompts, then the completions on their
+    cache) compute, with every layer's matmuls, norms and their Python run once per micro-batch instead of
+    twice: the attention (`grpokit.attention.Packed`) gives each completion its prompt's keys and values and
+    the masks the two calls had; positions are the prompt's, and the completion's after it. None where a layer's
+    attention did not receive the layout (a model whose attention drops extra arguments)."""
+    prompts, width = prompt_ids.shape
+    rows, length = completion_ids.shape
+    device = prompt_ids.device
+    causal = torch.ones(width + length, width + length, dtype=torch.bool, device=device).tril()
+    layout = Packed(
+        prompts=prompts,
+        prompt_width=width,
+        group=group,
+        completion_width=length,
+        prompt_mask=(causal[:width, :width] & prompt_mask.bool()[:, None, :]).unsqueeze(1),  # [U, 1, P, P]
+        completion_mask=(causal[width:] & attention_mask.bool()[:, None, :]).unsqueeze(1),  # [B, 1, C, P + C]
+        used=[],
+    )
+    positions = torch.cat(
+        [
+            torch.arange(width, device=device).repeat(prompts),
+            torch.arange(width, width + length, device=device).repeat(rows),
+        ]
+    )
+    tokens = torch.cat([prompt_ids.reshape(-1), completion_ids.reshape(-1)])
+    out = backbone(input_ids=tokens[None], position_ids=positions[None], use_cache=False, grpokit_packed=layout)
+    if not layout.used or len(layout.used) != getattr(backbone.config, "num_hidden_layers", len(layout.used)):
+        log.warning(
+            "the training pass forwards prompts and completions in two calls: "
+            "this model's attention did not pass grpokit's packed layout on"
+        )
+        return None
+    hidden = out.last_hidden_state[0]  # [U P + B C, H]
+    return hidden[: prompts * width].view(prompts, width, -1), hidden[prompts * width :].view(rows, length, -1)
