@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from grpokit import fused_lora
+from tests.lm_grads import loss_and_grads as _loss_and_grads
+from tests.lm_grads import nudge, token_ids
 
 
 def _policy(model_dir, dropout: float = 0.0):
@@ -17,25 +19,13 @@ def _policy(model_dir, dropout: float = 0.0):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear")
     model = get_peft_model(model, config)
-    with torch.no_grad():  # B starts at zero, which would leave A's gradient zero and compare nothing
-        for name, param in model.named_parameters():
-            if "lora_" in name:
-                param.add_(0.1 * torch.randn_like(param))
+    nudge(model)
     return model
-
-
-def _loss_and_grads(model, ids: torch.Tensor, autocast: bool = False):
-    model.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        logits = model(input_ids=ids).logits
-    loss = logits.float().log_softmax(-1)[:, :-1].gather(2, ids[:, 1:, None]).mean()
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.fixture
 def ids():
-    return torch.randint(3, 400, (3, 11), generator=torch.Generator().manual_seed(1))
+    return token_ids()
 
 
 @pytest.fixture
@@ -201,10 +191,7 @@ def test_siblings_with_their_own_scalings_or_one_not_plain(tiny_model_dir, ids, 
         r=4, lora_alpha=8, target_modules="all-linear", rank_pattern={"k_proj": 2}, alpha_pattern={"up_proj": 32}
     )
     policy = get_peft_model(base, config)
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if "lora_" in name:
-                param.add_(0.1 * torch.randn_like(param))
+    nudge(policy)
     loss_ref, grads_ref = _loss_and_grads(policy, ids)
     fused_lora.install(policy)
     loss, grads = _loss_and_grads(policy, ids)

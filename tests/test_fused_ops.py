@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from grpokit import fused_ops
+from tests.lm_grads import loss_and_grads as _loss_and_grads
+from tests.lm_grads import nudge, token_ids
 
 
 def _model(model_dir):
@@ -19,18 +21,9 @@ def _model(model_dir):
     return model
 
 
-def _loss_and_grads(model, ids, autocast: bool = False):
-    model.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        logits = model(input_ids=ids).logits
-    loss = logits.float().log_softmax(-1)[:, :-1].gather(2, ids[:, 1:, None]).mean()
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
 @pytest.fixture
 def ids():
-    return torch.randint(3, 400, (3, 11), generator=torch.Generator().manual_seed(1))
+    return token_ids()
 
 
 @pytest.fixture
@@ -89,10 +82,7 @@ def test_lora_policy_gradients_equal(tiny_model_dir, ids, calls):
     from grpokit import fused_lora
 
     policy = get_peft_model(_model(tiny_model_dir), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if "lora_B" in name:
-                param.add_(0.1 * torch.randn_like(param))
+    nudge(policy, "lora_B")
     loss_ref, grads_ref = _loss_and_grads(policy, ids)
     fused_ops.install(policy)
     fused_lora.install(policy)
