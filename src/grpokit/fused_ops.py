@@ -61,6 +61,7 @@ class _SiluMul(torch.autograd.Function):
         return grad_gate, grad_up
 
 
+@functools.cache
 def _llama(name: str) -> str:
     from transformers.models.llama import modeling_llama
 

@@ -136,7 +136,7 @@ def _chunk(
     first, group = prompt_groups(prompt_ids, prompt_mask)  # [U], [B]
 
     packed = None
-    if input_ids.device.type == "cpu" and _packs(base, input_ids.size(1)):  # GPUs: the two calls, sdpa's kernels
+    if _packs(base, input_ids):
         packed = _packed(backbone, prompt_ids[first], prompt_mask[first], group, completion_ids, attention_mask)
         if packed is None:  # the model's attention did not pass the layout on: its two-call pass from now on
             base._grpokit_unpacked = True
@@ -166,13 +166,16 @@ def _chunk(
     return logps.new_zeros(mask.shape).masked_scatter(mask, logps), entropy
 
 
-def _packs(base: Any, width: int) -> bool:
-    """Whether `_packed` serves this model: grpokit's attention (set on a CPU), no sliding window the
-    sequence could pass (the packed masks are plain causal), not found unable before."""
+def _packs(base: Any, input_ids: torch.Tensor) -> bool:
+    """Whether `_packed` serves this batch: on a CPU (GPUs keep the two calls and sdpa's kernels), grpokit's
+    attention, no sliding window the sequence could pass (the packed masks are plain causal), the model not
+    found unable before."""
     config = base.config
     window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+    width = input_ids.size(1)
     return (
-        getattr(config, "_attn_implementation", None) == NAME
+        input_ids.device.type == "cpu"
+        and getattr(config, "_attn_implementation", None) == NAME
         and not getattr(base, "_grpokit_unpacked", False)
         and (not window or width <= window)
     )
