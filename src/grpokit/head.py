@@ -7,8 +7,11 @@ upcasts both operands of the backward's GEMMs to fp32, which a CPU with bf16 uni
 runs several times slower than bf16 (bench/RESULTS.md v0.28: 4.25 of 17.5 s of the pass's backward).
 Here the weight is cast once per training pass, the tiles reuse three buffers, the softmax statistics are
 fp32 and the GEMMs run in the compute dtype. In fp32 it is a plain log-softmax's arithmetic (tested to
-1e-5); under bf16 autocast each tile's share of the hidden-state gradient is rounded to bf16 once before
-it is summed in fp32, as TRL's rounds the tile's logits gradient.
+1e-5); under bf16 autocast it is a plain `F.linear` head's: the logits rounded to bf16, and the hidden
+state's gradient one GEMM over the whole vocabulary from the logits' gradient rounded to bf16, its sum
+rounded once (tested equal). The backward holds that gradient for `GRAD_ENTRIES // vocabulary` tokens at
+a time; summing each tile's rounded share instead (v0.30-v0.31) moved the gradient by ~2e-3 of its size,
+a rounding TRL's kernel avoids for drifting entropy lower.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import torch
 from grpokit.casts import CastOnce, compute_dtype
 
 TILE = 4096  # vocabulary entries per tile (TRL's size): three [tokens, TILE] buffers at a time
+# The backward holds the logits' gradient of this many (token, vocabulary entry) pairs at once (32 MB in
+# bf16): each token's whole row, so its hidden-state gradient is one GEMM rounded once.
+GRAD_ENTRIES = 1 << 24
 cast_weight = CastOnce()  # the head weight in the compute dtype, once per training pass
 
 
@@ -87,48 +93,54 @@ class CompletionLogProbs(torch.autograd.Function):
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         if grad_logps is None and grad_entropy is None:
             return None, None, None, None, None, None
-        n = hidden.size(0)
+        n, vocab = hidden.size(0), weight.size(0)
+        chunk = max(1, min(n, GRAD_ENTRIES // vocab))  # tokens whose whole-vocabulary logits gradient is held
         with torch.autocast("cpu", enabled=False):
-            w, h = cast_weight.get(weight, dtype), hidden.detach().to(dtype)
-            low = torch.empty(n, TILE, dtype=dtype)
-            grad = torch.empty(n, TILE, dtype=torch.float32)
-            probs = torch.empty(n, TILE, dtype=torch.float32) if grad_entropy is not None else None
-            part = torch.empty(n, hidden.size(1), dtype=dtype)
-            grad_hidden = torch.zeros(hidden.shape, dtype=torch.float32) if need_hidden else None
+            w, h_all = cast_weight.get(weight, dtype), hidden.detach().to(dtype)
+            low = torch.empty(chunk, TILE, dtype=dtype)
+            grad = torch.empty(chunk, TILE, dtype=torch.float32)
+            probs = torch.empty(chunk, TILE, dtype=torch.float32) if grad_entropy is not None else None
+            logits_grad = torch.empty(chunk, vocab, dtype=dtype) if need_hidden else None
+            grad_hidden = torch.empty(hidden.shape, dtype=torch.float32) if need_hidden else None
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32) if need_weight else None
             grad_bias = torch.zeros(bias.shape, dtype=torch.float32) if need_bias else None
-            g_logp = grad_logps.float().unsqueeze(1) if grad_logps is not None else None
-            g_ent = grad_entropy.float().unsqueeze(1) if grad_entropy is not None else None
-            for cols in _tiles(weight.size(0)):
-                width = cols.stop - cols.start
-                gt = _tile_logits(h, w, bias, cols, inv_t, low, grad)  # z, then log p, then its gradient, in place
-                gt -= log_z.unsqueeze(1)
-                # d log p_t / dz_j = 1[j = t] - p_j;  d H / dz_j = -p_j (log p_j + H)
-                if g_ent is not None:
-                    pt = probs[:, :width]
-                    torch.exp(gt, out=pt)
-                    gt.add_(entropies.unsqueeze(1)).mul_(g_ent)
-                    if g_logp is not None:
-                        gt.add_(g_logp)
-                    gt.mul_(pt).neg_()
-                else:
-                    gt.exp_().mul_(-g_logp)
-                local = targets - cols.start
-                inside = (local >= 0) & (local < width)
-                if g_logp is not None and inside.any():
-                    rows = inside.nonzero().squeeze(1)
-                    gt[rows, local[rows]] += g_logp[rows, 0]
-                if inv_t != 1.0:
-                    gt *= inv_t
-                grad_low = low[:, :width]
-                grad_low.copy_(gt)
-                if grad_hidden is not None:
-                    torch.mm(grad_low, w[cols], out=part)
-                    grad_hidden += part
-                if grad_weight is not None:
-                    grad_weight[cols] += torch.mm(grad_low.t(), h).float()
-                if grad_bias is not None:
-                    grad_bias[cols] += gt.sum(dim=0)
+            for first in range(0, n, chunk):
+                rows = slice(first, min(first + chunk, n))
+                m, h = rows.stop - rows.start, h_all[rows]
+                g_logp = grad_logps[rows].float().unsqueeze(1) if grad_logps is not None else None
+                g_ent = grad_entropy[rows].float().unsqueeze(1) if grad_entropy is not None else None
+                for cols in _tiles(vocab):
+                    width = cols.stop - cols.start
+                    # z, then log p, then its gradient, in place
+                    gt = _tile_logits(h, w, bias, cols, inv_t, low[:m], grad[:m])
+                    gt -= log_z[rows].unsqueeze(1)
+                    # d log p_t / dz_j = 1[j = t] - p_j;  d H / dz_j = -p_j (log p_j + H)
+                    if g_ent is not None:
+                        pt = probs[:m, :width]
+                        torch.exp(gt, out=pt)
+                        gt.add_(entropies[rows].unsqueeze(1)).mul_(g_ent)
+                        if g_logp is not None:
+                            gt.add_(g_logp)
+                        gt.mul_(pt).neg_()
+                    else:
+                        gt.exp_().mul_(-g_logp)
+                    local = targets[rows] - cols.start
+                    inside = (local >= 0) & (local < width)
+                    if g_logp is not None and inside.any():
+                        hit = inside.nonzero().squeeze(1)
+                        gt[hit, local[hit]] += g_logp[hit, 0]
+                    if inv_t != 1.0:
+                        gt *= inv_t
+                    if logits_grad is not None:
+                        logits_grad[:m, cols].copy_(gt)
+                    if grad_weight is not None:
+                        grad_low = low[:m, :width]
+                        grad_low.copy_(gt)
+                        grad_weight[cols] += torch.mm(grad_low.t(), h).float()
+                    if grad_bias is not None:
+                        grad_bias[cols] += gt.sum(dim=0)
+                if grad_hidden is not None:  # one GEMM over the whole vocabulary: the sum is rounded once
+                    grad_hidden[rows] = torch.mm(logits_grad[:m], w)
         return (
             grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
             grad_weight.to(weight.dtype) if grad_weight is not None else None,
