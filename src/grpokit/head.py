@@ -131,11 +131,10 @@ class CompletionLogProbs(torch.autograd.Function):
                         gt[hit, local[hit]] += g_logp[hit, 0]
                     if inv_t != 1.0:
                         gt *= inv_t
-                    if logits_grad is not None:
-                        logits_grad[:m, cols].copy_(gt)
+                    # the tile's gradient in the GEMMs' dtype, written once for both of them
+                    grad_low = logits_grad[:m, cols] if logits_grad is not None else low[:m, :width]
+                    grad_low.copy_(gt)
                     if grad_weight is not None:
-                        grad_low = low[:m, :width]
-                        grad_low.copy_(gt)
                         grad_weight[cols] += torch.mm(grad_low.t(), h).float()
                     if grad_bias is not None:
                         grad_bias[cols] += gt.sum(dim=0)
