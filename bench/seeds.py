@@ -5,8 +5,8 @@
 A number in place of a run directory is a run's held-out accuracy in percent recorded elsewhere (a run
 whose folder is gone), `SEED:PERCENT` with its seed: it counts in the figures and has no curve.
 
-An RL run's final accuracy moves with its seed by several points (the default recipe: 89.5-99.0% over
-eight runs, bench/RESULTS.md v0.32), so one run each cannot say whether a change cost accuracy, and the
+An RL run's final accuracy moves with its seed by several points (the default recipe: 89.0-99.0% over
+sixteen runs, bench/RESULTS.md v0.33), so one run each cannot say whether a change cost accuracy, and the
 same seed does not pair two code versions: their numbers part within a few steps and the runs then
 sample different completions. This reads each run's last held-out evaluation and prints, per set, the
 runs, their mean and spread; then the difference of the means (B - A) with a 95% bootstrap interval, the
@@ -25,6 +25,7 @@ import json
 import math
 import random
 import sys
+import textwrap
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -164,9 +165,9 @@ def draw(sets: dict[str, list[dict[str, Any]]], path: Path) -> None:
         left.text(0.5, 0.5, "no run here logged its steps", ha="center", transform=left.transAxes)
     for x, runs in enumerate(sets.values()):
         values = [100 * r["accuracy"] for r in runs]
-        right.scatter([x] * len(values), values, alpha=0.7)
-        right.hlines(mean(values), x - 0.25, x + 0.25)
-    right.set_xticks(range(len(sets)), list(sets))
+        right.scatter([x] * len(values), values, alpha=0.7, color=f"C{x}")
+        right.hlines(mean(values), x - 0.25, x + 0.25, color=f"C{x}")
+    right.set_xticks(range(len(sets)), [textwrap.fill(label, 14) for label in sets])
     right.set_xlim(-0.6, len(sets) - 0.4)
     right.set_ylabel("held-out accuracy, %")
     right.set_title("final accuracy per run")
