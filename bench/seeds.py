@@ -28,12 +28,14 @@ import sys
 import textwrap
 from itertools import combinations
 from pathlib import Path
+from statistics import NormalDist, stdev
+from statistics import fmean as mean
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "out"
 CURVE_KEY = "rewards/correctness/mean"  # the correctness reward's mean over the step's completions
 EXACT_SPLITS = 200_000  # more ways to split the runs than this: a fixed-seed sample of splits instead
-Z_95, Z_80 = 1.959964, 0.841621  # two-sided 5% test; power 80%
+Z_95, Z_80 = NormalDist().inv_cdf(0.975), NormalDist().inv_cdf(0.8)  # a two-sided 5% test; power 80%
 
 
 def load(where: str) -> dict[str, Any]:
@@ -73,18 +75,6 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def spread(values: list[float]) -> float:
-    """Sample standard deviation (0 for one value)."""
-    if len(values) < 2:
-        return 0.0
-    m = mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-
-
 def permutation_p(a: list[float], b: list[float]) -> float:
     """Two-sided p-value of mean(b) - mean(a) under 'the set a run belongs to does not matter': the share
     of splits of the pooled runs into sets of these sizes whose difference is at least as large. Exact
@@ -115,7 +105,7 @@ def bootstrap_interval(a: list[float], b: list[float], draws: int = 20_000, leve
 
 def detectable(a: list[float], b: list[float]) -> float:
     """The difference of means a two-sided 5% test finds 80% of the time with these set sizes and spreads."""
-    return (Z_95 + Z_80) * math.sqrt(spread(a) ** 2 / len(a) + spread(b) ** 2 / len(b))
+    return (Z_95 + Z_80) * math.sqrt(stdev(a) ** 2 / len(a) + stdev(b) ** 2 / len(b))
 
 
 def compare(a: list[float], b: list[float]) -> dict[str, float]:
@@ -123,8 +113,8 @@ def compare(a: list[float], b: list[float]) -> dict[str, float]:
     return {
         "mean_a": mean(a),
         "mean_b": mean(b),
-        "sd_a": spread(a),
-        "sd_b": spread(b),
+        "sd_a": stdev(a),
+        "sd_b": stdev(b),
         "difference": mean(b) - mean(a),
         "interval_95": [low, high],
         "permutation_p": permutation_p(a, b),
