@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpokit.rollout import DRAW_BLOCK, SamplingSettings, draw, filter_logits, sample
+from grpokit.rollout import DRAW_BLOCK, SamplingSettings, draw, draw_with_logprob, filter_logits, sample
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def scripted_draws(monkeypatch, script):
 
     tokens = iter(script)
 
-    def scripted(logits):
+    def scripted(logits, overwrite=False):
         return torch.tensor([next(tokens)] * logits.size(0)), torch.zeros(logits.size(0))
 
     monkeypatch.setattr(rollout, "draw_with_logprob", scripted)
@@ -223,6 +223,33 @@ def test_filters():
     top_p = filter_logits(logits, SamplingSettings(1, top_p=0.7))
     assert top_p.isinf().tolist() == [[True, False, False, True]] and probs[1] < 0.7 < probs[1] + probs[2]
     assert torch.equal(filter_logits(logits, SamplingSettings(1, temperature=2.0)), logits / 2)
+
+
+@pytest.mark.parametrize(
+    "settings", [dict(temperature=0.7), dict(top_k=2), dict(top_p=0.7), dict(temperature=2.0, top_k=3)]
+)
+def test_filters_in_place_write_the_same_values_into_the_buffer(settings):
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0], [0.5, -1.0, 4.0, 2.5]])
+    buffer = logits.clone()
+    filtered = filter_logits(buffer, SamplingSettings(1, **settings), in_place=True)
+    assert filtered.data_ptr() == buffer.data_ptr()
+    assert torch.equal(filtered, filter_logits(logits, SamplingSettings(1, **settings)))
+
+
+def test_draw_in_the_logits_buffer_draws_the_same_tokens_with_their_log_softmax():
+    torch.manual_seed(0)
+    logits = torch.randn(64, 3 * DRAW_BLOCK + 7) * 4  # a padded last block
+    logits[:, 5] = float("-inf")
+    torch.manual_seed(1)
+    tokens, logps = draw_with_logprob(logits)
+    buffer = logits.clone()
+    torch.manual_seed(1)
+    again, again_logps = draw_with_logprob(buffer, overwrite=True)
+    assert torch.equal(tokens, again) and torch.equal(logps, again_logps)
+    assert not torch.equal(buffer, logits)  # spent: no [B, V] tensor of its own
+    assert logps.dtype == torch.float32 and not (tokens == 5).any()
+    expected = logits.log_softmax(-1).gather(1, tokens[:, None]).squeeze(1)
+    torch.testing.assert_close(logps, expected, rtol=0, atol=1e-5)
 
 
 def _lora(model, seed=1):

@@ -92,18 +92,20 @@ def group_runs(prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[
     return distinct, counts
 
 
-def filter_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
-    """Temperature, top-k and top-p on [B, V] logits (masked entries become -inf)."""
+def filter_logits(logits: torch.Tensor, settings: SamplingSettings, in_place: bool = False) -> torch.Tensor:
+    """Temperature, top-k and top-p on [B, V] logits (masked entries become -inf); `in_place` writes them into
+    `logits` itself (a buffer its owner will not read again) instead of a new tensor."""
+    fill = torch.Tensor.masked_fill_ if in_place else torch.Tensor.masked_fill
     if settings.temperature != 1.0:
-        logits = logits / settings.temperature
+        logits = logits.div_(settings.temperature) if in_place else logits / settings.temperature
     if settings.top_k and settings.top_k < logits.size(-1):
         kth = torch.topk(logits, settings.top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits = fill(logits, logits < kth, float("-inf"))
     if settings.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
         drop = cumulative - sorted_logits.softmax(-1) > settings.top_p  # keep the token that crosses top_p
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+        logits = fill(logits, drop.scatter(-1, order, drop), float("-inf"))
     return logits
 
 
@@ -115,31 +117,42 @@ def draw(logits: torch.Tensor) -> torch.Tensor:
     return draw_with_logprob(logits)[0]
 
 
-def draw_with_logprob(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def draw_with_logprob(logits: torch.Tensor, overwrite: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row from softmax(logits) [B, V], by inverting the CDF at uniform draws, in two levels,
-    and the log-probability [B] (float32) each drawn token had under that softmax.
+    and the log-probability [B] (float32) each drawn token had under that softmax. `overwrite` computes in
+    `logits`' own storage (a buffer its owner will not read again) rather than in a new [B, V] tensor.
 
     `torch.multinomial` on a CPU draws an exponential variate for every vocabulary entry: measured
     30 ms per decoding step for 32 rows x 49,152 tokens, a quarter of the whole step. A float64 cumulative
     sum over the whole vocabulary cost 1.4-9 ms a step (a 12.6 MB copy and a serial scan): a sixth of a
     decoding step at 32 rows. Here the vocabulary is cut into blocks of `DRAW_BLOCK`: a block is drawn from
     the block sums' CDF (192 entries), then a token from that block's own CDF with a second, independent
-    uniform, which is P(block) x P(token | block), the same distribution: 1.2 ms. `right=True` in the
-    searches skips entries of probability 0 (their cdf equals the previous one), so masked tokens never come.
+    uniform, which is P(block) x P(token | block), the same distribution. `right=True` in the searches skips
+    entries of probability 0 (their cdf equals the previous one), so masked tokens never come.
+
+    The softmax is never normalised: the draws need only its unnormalised weights `exp(logit - max)` and
+    their total, and a token's log-probability is `log(weight) - log(total)`. The block sums are float32
+    (each of 256 weights at most 1; only their running total is float64). At 64 rows, with
+    `return_freed_memory`'s thresholds, a normalised softmax and float64 block sums cost 4.1 and 7.4 ms a
+    step (two fresh 12.6 and 25 MB tensors, paid in page faults): 11.9 ms against 1.7 ms this way, in place
+    (AMX Xeon, bench/RESULTS.md v0.34).
     """
-    probs = logits.softmax(-1)
-    rows, vocab = probs.shape
+    peak = logits.amax(-1, keepdim=True)
+    weights = logits.sub_(peak).exp_() if overwrite else (logits - peak).exp_()  # [B, V], masked entries 0
+    rows, vocab = weights.shape
     if vocab % DRAW_BLOCK:
-        probs = torch.nn.functional.pad(probs, (0, -vocab % DRAW_BLOCK))
-    padded = probs.view(rows, -1, DRAW_BLOCK)
-    block_cdf = padded.sum(-1, dtype=torch.float64).cumsum(-1)  # [B, blocks]
+        weights = torch.nn.functional.pad(weights, (0, -vocab % DRAW_BLOCK))
+    padded = weights.view(rows, -1, DRAW_BLOCK)
+    block_cdf = padded.sum(-1).double().cumsum(-1)  # [B, blocks]
+    total = block_cdf[:, -1:]
     u = torch.rand(rows, 2, dtype=torch.float64, device=logits.device)
     last = block_cdf.size(1) - 1
-    block = torch.searchsorted(block_cdf, u[:, :1] * block_cdf[:, -1:], right=True).clamp_(max=last)  # [B, 1]
+    block = torch.searchsorted(block_cdf, u[:, :1] * total, right=True).clamp_(max=last)  # [B, 1]
     within = padded.gather(1, block.unsqueeze(-1).expand(-1, 1, DRAW_BLOCK)).squeeze(1).double().cumsum(-1)
     token = torch.searchsorted(within, u[:, 1:] * within[:, -1:], right=True).clamp_(max=DRAW_BLOCK - 1)
     tokens = (block * DRAW_BLOCK + token).squeeze(1).clamp_(max=vocab - 1)
-    return tokens, probs.gather(1, tokens.unsqueeze(1)).squeeze(1).log()
+    logp = weights.gather(1, tokens.unsqueeze(1)).double().log() - total.log()
+    return tokens, logp.squeeze(1).float()
 
 
 @torch.no_grad()
@@ -186,7 +199,8 @@ def sample(
         if settings.top_k == 1:  # greedy: each token had probability 1
             tokens, step_logps = logits.argmax(-1), ([0.0] * len(active) if logprobs else None)
         else:
-            tokens, token_logps = draw_with_logprob(filter_logits(logits, settings))  # [B], [B]
+            # The step's logits are the sampler's to spend: the decoder overwrites its buffer next step.
+            tokens, token_logps = draw_with_logprob(filter_logits(logits, settings, in_place=True), overwrite=True)
             step_logps = token_logps.tolist() if logprobs else None
         drawn, done = torch.stack([tokens, torch.isin(tokens, eos).long()]).tolist()
         for b, (row, token) in enumerate(zip(active, drawn, strict=True)):
