@@ -17,6 +17,8 @@ step's matmuls alone over the model's own weights at the shape's rows, which on 
 weight from memory once a step), and whether both engines drew the same tokens in
 the first round (greedy in fp32: they should; sampled: the logits differ in the last bits, and so, after a
 while, do the draws).
+Both engines run under the recipe's `train_pass.return_freed_memory` (glibc's fixed thresholds, as
+`grpokit train` sets them: a fresh allocation over 1 MB costs its page faults), as a run's rollouts do.
 Results go to `<out>/results_decode.json`. Run: `python bench/bench_decode.py [--warm RUN/warmup/adapter]`.
 """
 
@@ -54,6 +56,11 @@ def main() -> int:
     from grpokit.tasks.base import render_prompt, tokenize_prompts
 
     recipe = load_recipe(RECIPE)
+    returned = False
+    if recipe.train_pass.return_freed_memory:  # as `grpokit train` runs the recipe
+        from grpokit.memory import return_freed_memory
+
+        returned = return_freed_memory()
     grpo = stage_recipe(recipe, next(s for s in recipe.stages if s.kind == "grpo"))
     model, tokenizer = load_model(str(warm_model(recipe, out, args.warm)))
     from grpokit.attention import use_grouped_attention
@@ -131,7 +138,7 @@ def main() -> int:
     cpu = cpu_name()
     print(
         f"\nCPU: {cpu}; bf16 / fp32 matmul speed {cpu_bf16_speedup():.2f}x; rollouts in {dtype}, evaluation in fp32; "
-        f"{torch.get_num_threads()} threads"
+        f"{torch.get_num_threads()} threads; the recipe's return_freed_memory: {returned}"
     )
     print(
         f"ceiling: rollout {ceiling['rollout']:.0f} tok/s ({width['rollout']} rows, faster precision), "
@@ -156,7 +163,7 @@ def main() -> int:
     path = out / "results_decode.json"
     record = {"cpu": cpu, "rollout_dtype": str(dtype), "threads": torch.get_num_threads(), "gemm_gflops": gemm}
     record |= {"ceiling_tok_s": ceiling, "weight_streaming_tok_s": streaming, "results": results}
-    record |= {"repeats": args.repeats}
+    record |= {"repeats": args.repeats, "return_freed_memory": returned}
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"written: {path}")
     return 0
