@@ -389,15 +389,15 @@ def format_table(results: dict[str, dict[str, float]], ceiling: float) -> str:
     )
     lines = [head]
     for name, r in results.items():
-        vs = {
-            b: (r["step_s"] / results[b]["step_s"] if b in results else float("nan"))
+        vs = {  # '-' where that contender was not run
+            b: f"{r['step_s'] / results[b]['step_s']:.2f}x" if b in results else "-"
             for b in ("trl-defaults", "trl-tuned")
         }
         lines.append(
             f"{name:<18} {r['step_s']:>7.1f} {r['generate_s']:>6.1f} {r['rewards_s']:>8.2f} "
             f"{r['other_scoring_s']:>7.1f} {r['train_pass_s']:>7.1f} {r['rollout_tok_s']:>6.0f} "
             f"{100 * r['rollout_tok_s'] / ceiling:>5.0f}% {100 * r['groups_agreeing']:>4.0f}% "
-            f"{100 * r['rows_trained']:>4.0f}% {vs['trl-defaults']:>10.2f}x {vs['trl-tuned']:>7.2f}x"
+            f"{100 * r['rows_trained']:>4.0f}% {vs['trl-defaults']:>11} {vs['trl-tuned']:>8}"
         )
     return "\n".join(lines)
 
