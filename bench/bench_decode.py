@@ -11,12 +11,12 @@ engines alternated:
   as evaluation's merged copy.
 
 Per shape it prints tokens per second (drawn tokens / wall time of `sample`, prefill included), the share
-of a ceiling (the rows x 576 x 1536 GEMM timed in this run, in the faster precision for the rollout and in
-fp32 for evaluation, over 2 x parameters FLOPs per token), the share of a second one (% stream: a decoding
-step's matmuls alone over the model's own weights at the shape's rows, which on a CPU must stream every
-weight from memory once a step), and whether both engines drew the same tokens in
-the first round (greedy in fp32: they should; sampled: the logits differ in the last bits, and so, after a
-while, do the draws).
+of a ceiling (the rows x 576 x 1536 GEMM timed in this run, the fastest of 30 products, in the faster
+precision for the rollout and in fp32 for evaluation, over 2 x parameters FLOPs per token), the share of a
+second one (% stream: a decoding step's matmuls alone over the model's own weights at the shape's rows,
+which on a CPU must stream every weight from memory once a step), and whether both engines drew the same
+tokens in the first round (greedy in fp32: they should; sampled: the logits differ in the last bits, and
+so, after a while, do the draws).
 Both engines run under the recipe's `train_pass.return_freed_memory` (glibc's fixed thresholds, as
 `grpokit train` sets them: a fresh allocation over 1 MB costs its page faults), as a run's rollouts do.
 Results go to `<out>/results_decode.json`. Run: `python bench/bench_decode.py [--warm RUN/warmup/adapter]`.
@@ -123,7 +123,9 @@ def main() -> int:
         results[shape]["same_tokens_first_round"] = drawn["transformers"] == drawn["grpokit"]
 
     width = {shape: len(rows) for shape, (_, rows, _) in shapes.items()}
-    gemm = {d: {n: matmul_gflops(n, d, repeats=30) for n in set(width.values())} for d in ("float32", "bfloat16")}
+    gemm = {
+        d: {n: matmul_gflops(n, d, repeats=30, best=True) for n in set(width.values())} for d in ("float32", "bfloat16")
+    }
     params = sum(p.numel() for p in model.parameters())
     # Each shape's ceiling at its own rows: the rollout in the machine's faster precision, evaluation in fp32.
     ceiling = {

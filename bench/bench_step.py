@@ -30,8 +30,9 @@ Contenders:
 Per contender it times `--steps` GRPO steps and reports the mean of all but the first (warm-up), split
 into generation (TRL's `_generate`), rewards (`_calculate_rewards`), other scoring (old/ref logprobs,
 advantages) and the training pass (the rest of the step). The rollout ceiling comes from a GEMM of the
-decode shape (rows x 576 x 1536, SmolLM2's MLP) timed in the same run in fp32 and bf16 (the faster one
-is the machine's ceiling), divided by the model's FLOPs per token (2 x parameters).
+decode shape (rows x 576 x 1536, SmolLM2's MLP) timed in the same run in fp32 and bf16, the fastest of 30
+products timed one by one (the faster precision is the machine's ceiling), divided by the model's FLOPs per
+token (2 x parameters).
 
 `--lora` gives every contender the default recipe's adapter (LoRA r=16 on all linear layers) instead
 of the full fine-tune.
@@ -331,7 +332,7 @@ def main() -> int:
         work = Workload("forced", "embedded", TOKENS, TOKENS, 1.0, 1e-6, lora=args.lora)
     # The machine's ceiling is its faster precision: bf16 where the CPU has bf16 instructions.
     gemms = {
-        dtype: {rows: matmul_gflops(rows, dtype, repeats=30) for rows in (work.rows, 256)}
+        dtype: {rows: matmul_gflops(rows, dtype, repeats=30, best=True) for rows in (work.rows, 256)}
         for dtype in ("float32", "bfloat16")
     }
     gflops = {rows: max(g[rows] for g in gemms.values()) for rows in (work.rows, 256)}

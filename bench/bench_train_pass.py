@@ -8,7 +8,8 @@ a GRPO step's loss costs: the policy's log-probabilities and entropies, the loss
 Per contender (each in its own process, so peak memory is its own): median seconds per pass over
 `--repeats` after one warm-up, the FLOPs of one pass counted by torch's FlopCounterMode (matmuls and
 attention, forward and backward), the FLOP rate they give, that rate against the machine's GEMM peak
-measured in the same run (the faster of fp32 and bf16 at 4096 rows), and peak resident memory.
+measured in the same run (the faster of fp32 and bf16 at 4096 rows, the fastest of 30 products timed one
+by one: a short burst's mean swung 2.5x on this VM), and peak resident memory.
 
 Run: `make bench` runs it; alone: python bench/bench_train_pass.py [--repeats 5] [--group 8] [--full]
 """
@@ -156,7 +157,7 @@ def main() -> int:
 
     from grpokit.precision import cpu_name, matmul_gflops
 
-    peak = {dtype: matmul_gflops(4096, dtype, repeats=5) for dtype in ("float32", "bfloat16")}
+    peak = {dtype: matmul_gflops(4096, dtype, repeats=30, best=True) for dtype in ("float32", "bfloat16")}
     results = {}
     for name in args.only.split(","):
         print(f"[bench] training pass, {name}: {PROMPTS}x{args.group} rows ...", flush=True)
