@@ -140,6 +140,25 @@ def test_fused_projections_are_views_that_follow_writes_and_reallocations():
     assert attn.v_proj.weight.data_ptr() == rebuilt[64:].data_ptr()  # the layers are views again
 
 
+def test_a_model_whose_parameters_train_decodes_on_copies_of_its_weights():
+    """A policy evaluated between training steps (parameters requiring gradients, eval mode) decodes on the
+    decoder, greedy tokens equal to transformers' forward, and its parameters keep their own storage: joined
+    into one allocation they would share memory in its checkpoints."""
+    model = tiny("llama").requires_grad_(True)
+    storage = {name: (p.data_ptr(), p.requires_grad) for name, p in model.named_parameters()}
+    assert decode.refusal(model) is None
+    settings = SamplingSettings(max_new_tokens=20, top_k=1)
+    on_decoder = sample(model, PROMPTS, settings, eos_ids=[], pad_id=0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode, "refusal", lambda model: "off")
+        assert sample(model, PROMPTS, settings, eos_ids=[], pad_id=0) == on_decoder
+    assert {name: (p.data_ptr(), p.requires_grad) for name, p in model.named_parameters()} == storage
+    frozen = tiny("llama")
+    sample(frozen, PROMPTS, settings, eos_ids=[], pad_id=0)
+    q, k = frozen.model.layers[0].self_attn.q_proj.weight, frozen.model.layers[0].self_attn.k_proj.weight
+    assert k.data_ptr() == q.data_ptr() + q.numel() * q.element_size()  # a frozen model's are joined in place
+
+
 def test_models_the_decoder_cannot_run_exactly_keep_transformers_forward(tiny_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -148,7 +167,7 @@ def test_models_the_decoder_cannot_run_exactly_keep_transformers_forward(tiny_mo
     assert decode.refusal(model) is None
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert "autocast" in decode.refusal(model)
-    assert "trains" in decode.refusal(tiny("llama").requires_grad_(True))
+    assert "training mode" in decode.refusal(tiny("llama").train())
     adapted = get_peft_model(tiny("llama"), LoraConfig(r=2, target_modules=["q_proj"])).get_base_model()
     adapted.requires_grad_(False)
     assert "Linear" in decode.refusal(adapted)

@@ -13,16 +13,18 @@ def model_and_tokenizer(tiny_model_dir):
 
 
 @pytest.fixture(params=["transformers", "grpokit"])
-def sampler(request, model_and_tokenizer):
-    """The sampling tests run on both decoding engines: transformers' forward (on a model whose parameters
-    train, which `grpokit.decode` leaves alone) and grpokit's decoder (on a frozen model, as the rollout copy
-    and evaluation's merged copy are)."""
-    from grpokit.decode import refusal
+def sampler(request, model_and_tokenizer, monkeypatch):
+    """The sampling tests run on both decoding engines: transformers' forward (what a model `grpokit.decode`
+    does not cover decodes on) and grpokit's decoder (on a frozen model, as the rollout copy and evaluation's
+    merged copy are)."""
+    import grpokit.decode as decode
 
     model, tokenizer = model_and_tokenizer
     frozen = request.param == "grpokit"
+    if not frozen:
+        monkeypatch.setattr(decode, "refusal", lambda model: "off")
     model.requires_grad_(not frozen)
-    assert (refusal(model) is None) == frozen
+    assert (decode.refusal(model) is None) == frozen
     yield model, tokenizer
     model.requires_grad_(True)
 
