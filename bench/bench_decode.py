@@ -56,11 +56,9 @@ def main() -> int:
     from grpokit.tasks.base import render_prompt, tokenize_prompts
 
     recipe = load_recipe(RECIPE)
-    returned = False
-    if recipe.train_pass.return_freed_memory:  # as `grpokit train` runs the recipe
-        from grpokit.memory import return_freed_memory
+    from grpokit.memory import follow_recipe
 
-        returned = return_freed_memory()
+    returned = follow_recipe(recipe.train_pass)  # as `grpokit train` runs the recipe
     grpo = stage_recipe(recipe, next(s for s in recipe.stages if s.kind == "grpo"))
     model, tokenizer = load_model(str(warm_model(recipe, out, args.warm)))
     from grpokit.attention import use_grouped_attention

@@ -340,14 +340,13 @@ def main() -> int:
     ceiling = {rows: g * 1e9 / (2 * params) for rows, g in gflops.items()}
     results, skipped = {}, {}
     names = sorted((args.only or CONTENDERS[args.workload]).split(","), key=lambda n: n.startswith("grpokit"))
-    wanted = work.recipe is not None and work.recipe.train_pass.return_freed_memory
     returned = None  # whether glibc's thresholds were fixed for grpokit's contenders
     for name in names:
-        if name.startswith("grpokit") and wanted and returned is None:
-            from grpokit.memory import return_freed_memory
+        if name.startswith("grpokit") and work.recipe is not None and returned is None:
+            from grpokit.memory import follow_recipe
 
             # As `grpokit train` runs the recipe; process-wide from here on, so every TRL contender ran before.
-            returned = return_freed_memory()
+            returned = follow_recipe(work.recipe.train_pass)
             print(f"[bench] the recipe's train_pass.return_freed_memory: thresholds fixed: {returned}", flush=True)
         if name == "trl-defaults" and cpu_bf16_speedup() < SLOW_BF16 and not args.only:
             # TRL's defaults train under bf16 autocast; here that is the slower precision by far.

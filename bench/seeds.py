@@ -87,12 +87,13 @@ def permutation_p(a: list[float], b: list[float]) -> float:
         in_a = sum(pooled[i] for i in chosen)
         return abs((total - in_a) / len(b) - in_a / k) >= observed
 
-    if math.comb(len(pooled), k) <= EXACT_SPLITS:
-        splits = list(combinations(range(len(pooled)), k))
+    count = math.comb(len(pooled), k)
+    if count <= EXACT_SPLITS:
+        splits = combinations(range(len(pooled)), k)
     else:
-        rng = random.Random(0)
-        splits = [tuple(rng.sample(range(len(pooled)), k)) for _ in range(20_000)]
-    return sum(map(extreme, splits)) / len(splits)
+        rng, count = random.Random(0), 20_000
+        splits = (tuple(rng.sample(range(len(pooled)), k)) for _ in range(count))
+    return sum(map(extreme, splits)) / count
 
 
 def bootstrap_interval(a: list[float], b: list[float], draws: int = 20_000, level: float = 0.95) -> tuple[float, float]:

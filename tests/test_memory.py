@@ -31,3 +31,15 @@ def test_freed_tensors_do_not_stay_resident():
     assert held("default") > 300, "glibc's default keeps the freed 8 MB blocks (the problem this fixes)"
     assert held("fixed") < 100
     assert held("trimmed") < 100, "malloc_trim hands back the free pages below the live block too"
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_the_recipes_setting_decides_whether_the_thresholds_are_fixed(monkeypatch, asked):
+    import types
+
+    import grpokit.memory as memory
+
+    calls = []
+    monkeypatch.setattr(memory, "return_freed_memory", lambda: calls.append(1) or True)
+    assert memory.follow_recipe(types.SimpleNamespace(return_freed_memory=asked)) is asked
+    assert len(calls) == int(asked)  # `grpokit train` and the benchmarks fix them only when the recipe asks

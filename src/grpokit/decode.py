@@ -189,13 +189,14 @@ class Decoder:
         if self.static:  # the others stay in the buffers, computing what nobody reads
             self.live = self.live[rows]
             return
-        n = rows.numel()
+
+        def kept(buffer: torch.Tensor, free: torch.Tensor | None) -> torch.Tensor:
+            out = None if free is None else free[: len(rows)]
+            return torch.index_select(buffer, 0, rows, out=out)
+
         free_k = free_v = None  # the previous layer's buffers, left for this one
         for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
-            self.keys[i] = k.index_select(0, rows) if free_k is None else torch.index_select(k, 0, rows, out=free_k[:n])
-            self.values[i] = (
-                v.index_select(0, rows) if free_v is None else torch.index_select(v, 0, rows, out=free_v[:n])
-            )
+            self.keys[i], self.values[i] = kept(k, free_k), kept(v, free_v)
             free_k, free_v = k, v
         self.bias = self.bias.index_select(0, rows)
 
@@ -318,17 +319,16 @@ def fused(modules: tuple, copy: bool = False) -> tuple[torch.Tensor, torch.Tenso
     of its rows, so whatever later writes them in place (the rollout copy's `refresh`) writes the fused
     matrix too, and freeing them (`RolloutCopy.release`) frees it. Until something reallocates a weight,
     later calls only check that the rows still lie end to end and return the view."""
-    if copy:
-        weight = torch.cat([m.weight.detach() for m in modules])
-        return weight, None if modules[0].bias is None else torch.cat([m.bias.detach() for m in modules])
-    return joined([m.weight for m in modules], modules, "weight"), (
-        None if modules[0].bias is None else joined([m.bias for m in modules], modules, "bias")
+    return joined([m.weight for m in modules], modules, "weight", copy), (
+        None if modules[0].bias is None else joined([m.bias for m in modules], modules, "bias", copy)
     )
 
 
-def joined(tensors: list[torch.Tensor], modules: Any, name: str) -> torch.Tensor:
+def joined(tensors: list[torch.Tensor], modules: Any, name: str, copy: bool = False) -> torch.Tensor:
     """`tensors` (attribute `name` of each of `modules`) as one tensor along the first dimension, each
-    module's attribute then a view of its rows (see `fused`)."""
+    module's attribute then a view of its rows (see `fused`); with `copy` a new tensor, the modules untouched."""
+    if copy:
+        return torch.cat([t.detach() for t in tensors])
     first = tensors[0]
     rows = sum(t.shape[0] for t in tensors)
     offset, adjacent = first.storage_offset(), True

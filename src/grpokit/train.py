@@ -63,10 +63,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
 
     main_rank = launch.is_main()
     plan = plan_stages(recipe)
-    if recipe.train_pass.return_freed_memory:
-        from grpokit.memory import return_freed_memory
-
-        return_freed_memory()
+    memory.follow_recipe(recipe.train_pass)
     if resume:
         run_dir, records, checkpoint = prepare_resume(recipe, Path(resume), truncate=main_rank)
     elif os.environ.get(launch.RUN_DIR_ENV):  # one of several processes: the launcher made the directory
