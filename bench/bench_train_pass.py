@@ -9,7 +9,10 @@ Per contender (each in its own process, so peak memory is its own): median secon
 `--repeats` after one warm-up, the FLOPs of one pass counted by torch's FlopCounterMode (matmuls and
 attention, forward and backward), the FLOP rate they give, that rate against the machine's GEMM peak
 measured in the same run (the faster of fp32 and bf16 at 4096 rows, the fastest of 30 products timed one
-by one: a short burst's mean swung 2.5x on this VM), and peak resident memory.
+by one: a short burst's mean swung 2.5x on this VM), and peak resident memory. Beside it, what the pass's
+own matmuls allow: every product one pass dispatched (`precision.record_matmuls`), each timed alone at its
+shape, layout and dtype (`precision.matmul_seconds`), and the rate they reach against the same peak: a pass
+of small products cannot run nearer the peak than its products do alone.
 
 Run: `make bench` runs it; alone: python bench/bench_train_pass.py [--repeats 5] [--group 8] [--full]
 """
@@ -76,6 +79,7 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
 
     from grpokit.config import build_grpo_config, build_recipe
     from grpokit.models import load_model
+    from grpokit.precision import matmul_seconds, record_matmuls
     from grpokit.train import attach_lora
     from grpokit.trainer import GrpoTrainer
 
@@ -121,6 +125,8 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
     one_pass()  # warm-up
     with FlopCounterMode(display=False) as counter:
         one_pass()
+    products = record_matmuls(one_pass)  # what the pass's own matmuls allow at their shapes
+    matmul_s = matmul_seconds(products)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -133,6 +139,9 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         "pass_s_min": min(times),
         "gflop": counter.get_total_flops() / 1e9,
         "gflops_per_s": counter.get_total_flops() / seconds / 1e9,
+        "matmul_gflop": sum(p.flop * n for p, n in products.items()) / 1e9,
+        "matmul_alone_s": matmul_s,
+        "matmul_products": sum(products.values()),
         "tokens": tokens,
         "completion_tokens": int(batch["completion_mask"].sum()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -173,15 +182,21 @@ def main() -> int:
     print(f"training pass, SmolLM2-135M {kind}, {PROMPTS} prompts x {args.group} completions, every row trained")
     width = max(len(name) for name in results)
     print(
-        f"{'contender':<{width}} {'pass s':>7} {'GFLOP':>7} {'GFLOP/s':>8} {'% peak':>7} {'peak RSS MB':>11} "
-        f"{'vs TRL':>7}"
+        f"{'contender':<{width}} {'pass s':>7} {'GFLOP':>7} {'GFLOP/s':>8} {'% peak':>7} {'matmuls alone s':>15} "
+        f"{'their % peak':>12} {'peak RSS MB':>11} {'vs TRL':>7}"
     )
     for name, r in results.items():
         vs_trl = f"{results['trl']['pass_s'] / r['pass_s']:.2f}x" if "trl" in results else "-"  # TRL not run
+        alone = r["matmul_gflop"] / r["matmul_alone_s"]  # the rate the pass's own products reach alone
         print(
             f"{name:<{width}} {r['pass_s']:>7.2f} {r['gflop']:>7.1f} {r['gflops_per_s']:>8.1f} "
-            f"{100 * r['gflops_per_s'] / best:>6.1f}% {r['peak_rss_mb']:>11.0f} {vs_trl:>7}"
+            f"{100 * r['gflops_per_s'] / best:>6.1f}% {r['matmul_alone_s']:>15.2f} {100 * alone / best:>11.1f}% "
+            f"{r['peak_rss_mb']:>11.0f} {vs_trl:>7}"
         )
+    print(
+        "matmuls alone: every product the pass ran, timed by itself at its shape, layout and dtype (the fastest of "
+        "10, operands in cache): the most its matmuls allow"
+    )
     path = out / f"results_train_pass{'_full' if args.full else ''}_g{args.group}.json"
     path.write_text(json.dumps({"cpu": cpu, "gemm_gflops": peak, "group": args.group, "results": results}, indent=2))
     print(f"written: {path}")

@@ -9,8 +9,13 @@ when it is clearly faster. The measurement takes about 50 ms, once per process.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
+import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 BF16_MIN_SPEEDUP = 1.3
 
@@ -93,3 +98,69 @@ def trainer_precision(bf16: bool | None = None) -> dict[str, bool]:
 
     bf16 = default_bf16() if bf16 is None else bool(bf16)
     return {"bf16": bf16, "use_cpu": bf16 and not torch.cuda.is_available()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Matmul:
+    """One matrix product a piece of work ran, as torch dispatched it (below autocast, so in the dtype it
+    ran in): the aten op and each operand's size, stride and dtype."""
+
+    op: str  # "mm", "addmm", "bmm", "baddbmm" (in-place and out= forms folded in)
+    operands: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # (size, stride) of each tensor operand
+    dtype: str
+
+    @property
+    def flop(self) -> int:
+        """2 x rows x inner x columns (x batch for the batched products)."""
+        left, right = self.operands[-2][0], self.operands[-1][0]
+        return 2 * math.prod(left) * right[-1]
+
+
+_MATMUL_OPS = ("mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_")
+
+
+def record_matmuls(work: Callable[[], Any]) -> collections.Counter[Matmul]:
+    """Run `work` once and count every matrix product it dispatched, by shape, layout and dtype; the
+    products a matmul or linear call decomposes into are what is counted."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: collections.Counter[Matmul] = collections.Counter()
+
+    class _Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in _MATMUL_OPS:
+                tensors = [a for a in args if isinstance(a, torch.Tensor)]
+                if name.startswith(("addmm", "baddbmm")):
+                    tensors = tensors[1:]  # the added term is not an operand of the product
+                operands = tuple((tuple(t.shape), tuple(t.stride())) for t in tensors[:2])
+                seen[Matmul(name.rstrip("_"), operands, str(tensors[0].dtype).removeprefix("torch."))] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Log():
+        work()
+    return seen
+
+
+def matmul_seconds(products: collections.Counter[Matmul], repeats: int = 10) -> float:
+    """Seconds the counted products take alone on this CPU: each distinct one timed as a plain product
+    of fresh operands of its size, stride and dtype (the fastest of `repeats`, as `matmul_gflops(best=True)`
+    times a peak), times how often it ran. Operands stay in cache between repeats, so this is the most the
+    work's own matmuls allow, not what they cost inside it."""
+    import torch
+
+    total = 0.0
+    for product, count in products.items():
+        dtype = getattr(torch, product.dtype)
+        left, right = (torch.empty_strided(size, stride, dtype=dtype).normal_() for size, stride in product.operands)
+        multiply = torch.bmm if left.dim() == 3 else torch.mm
+        for _ in range(2):
+            multiply(left, right)
+        spans = []
+        for _ in range(repeats):
+            start = clock()
+            multiply(left, right)
+            spans.append(clock() - start)
+        total += min(spans) * count
+    return total
