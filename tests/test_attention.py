@@ -66,6 +66,30 @@ def test_a_training_call_equals_sdpa_with_its_gradients():
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
 
 
+def test_the_mask_as_an_added_bias_gives_the_masked_scores_output_and_gradients():
+    """The packed training pass hands attention its mask once per micro-batch as a float bias (`_bias`): the
+    product, scale and mask in one `baddbmm` give what the bool mask gives. A query with nothing to attend to
+    (left padding) gets the same output; its output is left out of the loss, as in the pass, where a padding
+    position feeds only keys every real query masks (the bias leaves its scores a gradient, the mask not)."""
+    from grpokit.attention import _bias
+
+    module, q, k, v, mask = _inputs(query=4, length=9)
+    mask[:, :, :, 5:] &= torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    mask[2, :, 0] = False  # a query with nothing to attend to (as is row 3's first)
+    empty = ~mask.any(-1).squeeze(1)  # [B, Q]
+    results = []
+    for bias in (None, _bias(mask, kv_heads=2, group=3, dtype=torch.float32)):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, _ = grouped_attention(module, *leaves, mask, scaling=0.3, grpokit_bias=bias)
+        results.append([out[empty]])
+        out.masked_fill(empty[..., None, None], 0).square().sum().backward()
+        results[-1] += [out.detach(), *(t.grad for t in leaves)]
+    for got, expected in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert empty.sum() == 2 and torch.isfinite(results[1][0]).all()
+    assert _bias(mask, 2, 3, torch.float32).shape == (5 * 2, 3 * 4, 9)
+
+
 def test_other_calls_go_to_sdpa(monkeypatch):
     """Causal calls without a mask, extra arguments, float masks and oversized scores are sdpa's."""
     import grpokit.attention as attention

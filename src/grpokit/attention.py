@@ -14,7 +14,9 @@ order), so nothing is repeated. The training pass keeps scores and probabilities
 flash kernel does (its log-probabilities and gradients match `sdpa`'s to float rounding); a decoding
 step without gradients rounds scores to the model's dtype before a float32 softmax, as transformers'
 `eager` attention does. Masked entries get float32's minimum, not -inf, so a query with nothing to attend
-to (a left-padding position) averages the values instead of producing NaN, as `eager` does.
+to (a left-padding position) averages the values instead of producing NaN, as `eager` does. The packed
+training pass (`Packed`) builds each mask once per micro-batch as a float bias of 0 / minimum, and every
+layer takes its product, scale and mask in one `baddbmm` (3-5% of the recipe's pass: bench/RESULTS.md v0.35).
 
 Everything else goes to `sdpa` unchanged: other devices (GPU kernels are the right tool there), dropout,
 a model's extra attention arguments (soft-capping, attention sinks, position biases), float masks,
@@ -52,6 +54,7 @@ def grouped_attention(
     packed = kwargs.pop("grpokit_packed", None)
     if packed is not None:
         return _packed_attention(module, query, key, value, packed, scaling, **kwargs), None
+    bias = kwargs.pop("grpokit_bias", None)  # the mask as float32 0 / min, [B * Hkv, group * Q, L] (`_bias`)
     rows, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     if (
@@ -70,12 +73,18 @@ def grouped_attention(
     grouped = query.reshape(rows, kv_heads, group * length, dim)  # query head h reads key/value head h // group
     exact = torch.promote_types(query.dtype, torch.float32)  # float32, or the model's own wider type
     decoding = length == 1 and not torch.is_grad_enabled()
+    scale = dim**-0.5 if scaling is None else scaling
     with torch.autocast(query.device.type, enabled=False):  # autocast would round the float32 scores again
         if decoding:  # scores rounded to the model's dtype, then a float32 softmax
-            scores, values = torch.matmul(grouped.to(key.dtype), key.transpose(-1, -2)).to(exact), value
+            scores = torch.matmul(grouped.to(key.dtype), key.transpose(-1, -2)).to(exact) * scale
+            values = value
         else:
-            scores, values = torch.matmul(grouped.to(exact), key.to(exact).transpose(-1, -2)), value.to(exact)
-        scores = scores * (dim**-0.5 if scaling is None else scaling)  # [B, Hkv, group * Q, L]
+            grouped, keys_t, values = grouped.to(exact), key.to(exact).transpose(-1, -2), value.to(exact)
+            if bias is not None and bias.dtype == exact:  # product, scale and mask in one op
+                scores = torch.baddbmm(bias, grouped.flatten(0, 1), keys_t.flatten(0, 1), alpha=scale)
+                scores, attention_mask = scores.view(rows, kv_heads, group * length, keys), None
+            else:
+                scores = torch.matmul(grouped, keys_t) * scale  # [B, Hkv, group * Q, L]
         if attention_mask is not None:
             scores = scores.view(rows, kv_heads, group, length, keys)
             scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(exact).min)
@@ -98,6 +107,22 @@ class Packed(NamedTuple):
     prompt_mask: torch.Tensor  # [U, 1, P, P]
     completion_mask: torch.Tensor  # [B, 1, C, P + C]
     used: list  # one entry per attention call that read the layout (a check that every layer did)
+    biases: dict  # the masks as `_bias` builds them, once per micro-batch for every layer
+
+    def bias(self, which: str, kv_heads: int, group: int, dtype: torch.dtype) -> torch.Tensor:
+        key = (which, kv_heads, group, dtype)
+        if key not in self.biases:
+            self.biases[key] = _bias(getattr(self, f"{which}_mask"), kv_heads, group, dtype)
+        return self.biases[key]
+
+
+def _bias(mask: torch.Tensor, kv_heads: int, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask [B, 1, Q, L] (True where a query may attend) as what `grouped_attention` adds to its
+    scores: 0 or `dtype`'s minimum (as its `masked_fill` writes), [B * Hkv, group * Q, L] for each key/value
+    head's stacked query heads."""
+    rows, _, length, keys = mask.shape
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+    return bias.unsqueeze(1).expand(rows, kv_heads, group, length, keys).reshape(rows * kv_heads, group * length, keys)
 
 
 def _packed_attention(
@@ -129,9 +154,28 @@ def _packed_attention(
     answer_v = torch.cat(
         [prompt_v.index_select(0, packed.group), rows(value, split, count, packed.completion_width)], dim=2
     )
-    prompts, _ = grouped_attention(module, prompt_q, prompt_k, prompt_v, packed.prompt_mask, scaling=scaling, **kwargs)
+    heads, kv_heads = query.shape[1], key.shape[1]
+    exact = torch.promote_types(query.dtype, torch.float32)
+    group = heads // kv_heads if heads % kv_heads == 0 else 0
+    prompts, _ = grouped_attention(
+        module,
+        prompt_q,
+        prompt_k,
+        prompt_v,
+        packed.prompt_mask,
+        scaling=scaling,
+        grpokit_bias=packed.bias("prompt", kv_heads, group, exact) if group else None,
+        **kwargs,
+    )
     answers, _ = grouped_attention(
-        module, answer_q, answer_k, answer_v, packed.completion_mask, scaling=scaling, **kwargs
+        module,
+        answer_q,
+        answer_k,
+        answer_v,
+        packed.completion_mask,
+        scaling=scaling,
+        grpokit_bias=packed.bias("completion", kv_heads, group, exact) if group else None,
+        **kwargs,
     )
     return torch.cat([prompts.flatten(0, 1), answers.flatten(0, 1)]).unsqueeze(0)  # [1, T, H, D]
 

@@ -207,6 +207,7 @@ def _packed(
         prompt_mask=(causal[:width, :width] & prompt_mask.bool()[:, None, :]).unsqueeze(1),  # [U, 1, P, P]
         completion_mask=(causal[width:] & attention_mask.bool()[:, None, :]).unsqueeze(1),  # [B, 1, C, P + C]
         used=[],
+        biases={},
     )
     positions = torch.cat(
         [
