@@ -16,7 +16,9 @@ precision for the rollout and in fp32 for evaluation, over 2 x parameters FLOPs 
 second one (% stream: a decoding step's matmuls alone over the model's own weights at the shape's rows,
 which on a CPU must stream every weight from memory once a step), and whether both engines drew the same
 tokens in the first round (greedy in fp32: they should; sampled: the logits differ in the last bits, and
-so, after a while, do the draws).
+so, after a while, do the draws). Rows busy: the tokens drawn over rows x decoding steps (the longest
+answer's length): a row that has finished draws nothing while the batch decodes on, which both ceilings,
+taken at the shape's full rows, do not count.
 Both engines run under the recipe's `train_pass.return_freed_memory` (glibc's fixed thresholds, as
 `grpokit train` sets them: a fresh allocation over 1 MB costs its page faults), as a run's rollouts do.
 Results go to `<out>/results_decode.json`. Run: `python bench/bench_decode.py [--warm RUN/warmup/adapter]`.
@@ -91,6 +93,7 @@ def main() -> int:
     for shape, (runner, rows, settings) in shapes.items():
         times: dict[str, list[float]] = {e: [] for e in engines}
         tokens: dict[str, list[int]] = {e: [] for e in engines}
+        busy: dict[str, list[float]] = {e: [] for e in engines}  # drawn tokens / (rows x decoding steps)
         drawn: dict[str, list] = {}
         for repeat in range(args.repeats + 1):  # the first round warms both up and is not counted
             for engine, refusal in engines.items():
@@ -103,6 +106,7 @@ def main() -> int:
                 if repeat:
                     times[engine].append(elapsed)
                     tokens[engine].append(sum(len(r) for r in got))
+                    busy[engine].append(tokens[engine][-1] / (len(got) * max(len(r) for r in got)))
                 drawn.setdefault(engine, got)
             print(
                 f"[bench] {shape} round {repeat}: "
@@ -115,6 +119,7 @@ def main() -> int:
                 "tok_s": sum(tokens[engine]) / sum(times[engine]),
                 "tokens_per_call": statistics.mean(tokens[engine]),
                 "rows": len(rows),
+                "rows_busy": statistics.mean(busy[engine]),
             }
             for engine in engines
         }
@@ -148,7 +153,7 @@ def main() -> int:
     )
     print(
         f"{'shape':<11} {'engine':<13} {'rows':>4} {'tokens':>6} {'median s':>8} {'tok/s':>6} {'% ceil':>6} "
-        f"{'% stream':>8} {'speed-up':>8}"
+        f"{'% stream':>8} {'rows busy':>9} {'speed-up':>8}"
     )
     for shape, r in results.items():
         for engine in engines:
@@ -157,7 +162,7 @@ def main() -> int:
             print(
                 f"{shape:<11} {engine:<13} {e['rows']:>4} {e['tokens_per_call']:>6.0f} {e['seconds']:>8.2f} "
                 f"{e['tok_s']:>6.0f} {100 * e['tok_s'] / ceiling[shape]:>5.0f}% "
-                f"{100 * e['tok_s'] / streaming[shape]:>7.0f}% {speedup:>7.2f}x"
+                f"{100 * e['tok_s'] / streaming[shape]:>7.0f}% {100 * e['rows_busy']:>8.0f}% {speedup:>7.2f}x"
             )
         print(f"{shape:<11} same tokens in the first round: {r['same_tokens_first_round']}")
     path = out / "results_decode.json"
