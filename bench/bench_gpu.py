@@ -117,11 +117,12 @@ def model_flops(shape: dict[str, Any], rows: int, group: int, prompt: int, compl
 
 
 def bf16_matmul_tflops(device: str) -> float:
-    """The bf16 rate of an 8192^3 product on `device` (1024^3 in a dry run on a CPU), in TFLOP/s."""
+    """The bf16 rate of an 8192^3 product on `device` (1024^3 in a dry run on a CPU), in TFLOP/s: the fastest
+    of `repeats` products timed one by one, the peak every CPU benchmark uses (bench/RESULTS.md v0.34)."""
     from grpokit.precision import matmul_gflops
 
     n, repeats = (1024, 3) if device == "cpu" else (8192, 10)
-    return matmul_gflops(n, "bfloat16", repeats, inner=n, cols=n, device=device) / 1000
+    return matmul_gflops(n, "bfloat16", repeats, inner=n, cols=n, device=device, best=True) / 1000
 
 
 def contender_config(name: str, out: Path, args: argparse.Namespace, device: str) -> Any:
