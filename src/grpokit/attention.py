@@ -157,26 +157,14 @@ def _packed_attention(
     heads, kv_heads = query.shape[1], key.shape[1]
     exact = torch.promote_types(query.dtype, torch.float32)
     group = heads // kv_heads if heads % kv_heads == 0 else 0
-    prompts, _ = grouped_attention(
-        module,
-        prompt_q,
-        prompt_k,
-        prompt_v,
-        packed.prompt_mask,
-        scaling=scaling,
-        grpokit_bias=packed.bias("prompt", kv_heads, group, exact) if group else None,
-        **kwargs,
-    )
-    answers, _ = grouped_attention(
-        module,
-        answer_q,
-        answer_k,
-        answer_v,
-        packed.completion_mask,
-        scaling=scaling,
-        grpokit_bias=packed.bias("completion", kv_heads, group, exact) if group else None,
-        **kwargs,
-    )
+
+    def attend(which: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        bias = packed.bias(which, kv_heads, group, exact) if group else None
+        mask = getattr(packed, f"{which}_mask")
+        return grouped_attention(module, q, k, v, mask, scaling=scaling, grpokit_bias=bias, **kwargs)[0]
+
+    prompts = attend("prompt", prompt_q, prompt_k, prompt_v)
+    answers = attend("completion", answer_q, answer_k, answer_v)
     return torch.cat([prompts.flatten(0, 1), answers.flatten(0, 1)]).unsqueeze(0)  # [1, T, H, D]
 
 
