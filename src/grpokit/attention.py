@@ -16,7 +16,7 @@ step without gradients rounds scores to the model's dtype before a float32 softm
 `eager` attention does. Masked entries get float32's minimum, not -inf, so a query with nothing to attend
 to (a left-padding position) averages the values instead of producing NaN, as `eager` does. The packed
 training pass (`Packed`) builds each mask once per micro-batch as a float bias of 0 / minimum, and every
-layer takes its product, scale and mask in one `baddbmm` (3-5% of the recipe's pass: bench/RESULTS.md v0.35).
+layer takes its product, scale and mask in one `baddbmm` (2-4% of the recipe's pass: bench/RESULTS.md v0.35).
 
 Everything else goes to `sdpa` unchanged: other devices (GPU kernels are the right tool there), dropout,
 a model's extra attention arguments (soft-capping, attention sinks, position biases), float masks,

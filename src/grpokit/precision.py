@@ -5,6 +5,9 @@ cores this project first ran on) a bf16 matmul was ~4x slower than fp32; on one 
 (AMD EPYC here) it was ~2x faster. `cpu_bf16_speedup` times a [256 x 576] x [576 x 1536] matmul
 (SmolLM2's MLP at a training batch) in both and `default_bf16` uses bf16 autocast on the CPU only
 when it is clearly faster. The measurement takes about 50 ms, once per process.
+
+For the benchmarks: `matmul_gflops` times a peak, and `record_matmuls` / `matmul_seconds` tell what a piece of
+work's own matrix products allow (each one it ran, timed alone at its shape, layout and dtype).
 """
 
 from __future__ import annotations
