@@ -123,9 +123,8 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         trainer.compute_loss(trainer.model, batch).backward()
 
     one_pass()  # warm-up
-    with FlopCounterMode(display=False) as counter:
-        one_pass()
-    products = record_matmuls(one_pass)  # what the pass's own matmuls allow at their shapes
+    with FlopCounterMode(display=False) as counter:  # one pass counted two ways
+        products = record_matmuls(one_pass)  # what the pass's own matmuls allow at their shapes
     matmul_s = matmul_seconds(products)
     times = []
     for _ in range(repeats):

@@ -33,6 +33,16 @@ def clock(device: str = "cpu") -> float:
     return time.perf_counter()
 
 
+def fastest(run: Callable[[], Any], repeats: int, device: str = "cpu") -> float:
+    """Seconds of the fastest of `repeats` calls of `run`, each timed on its own (`clock`)."""
+    spans = []
+    for _ in range(repeats):
+        start = clock(device)
+        run()
+        spans.append(clock(device) - start)
+    return min(spans)
+
+
 def matmul_gflops(
     rows: int = 256,
     dtype: str = "float32",
@@ -56,12 +66,7 @@ def matmul_gflops(
         a @ b
     flop = 2 * rows * inner * cols
     if best:
-        spans = []
-        for _ in range(repeats):
-            start = clock(device)
-            a @ b
-            spans.append(clock(device) - start)
-        return flop / max(min(spans), 1e-9) / 1e9
+        return flop / max(fastest(lambda: a @ b, repeats, device), 1e-9) / 1e9
     start = clock(device)
     for _ in range(repeats):
         a @ b
@@ -115,7 +120,7 @@ class Matmul:
     @property
     def flop(self) -> int:
         """2 x rows x inner x columns (x batch for the batched products)."""
-        left, right = self.operands[-2][0], self.operands[-1][0]
+        (left, _), (right, _) = self.operands
         return 2 * math.prod(left) * right[-1]
 
 
@@ -157,13 +162,8 @@ def matmul_seconds(products: collections.Counter[Matmul], repeats: int = 10) -> 
     for product, count in products.items():
         dtype = getattr(torch, product.dtype)
         left, right = (torch.empty_strided(size, stride, dtype=dtype).normal_() for size, stride in product.operands)
-        multiply = torch.bmm if left.dim() == 3 else torch.mm
+        product_once = functools.partial(torch.bmm if left.dim() == 3 else torch.mm, left, right)
         for _ in range(2):
-            multiply(left, right)
-        spans = []
-        for _ in range(repeats):
-            start = clock()
-            multiply(left, right)
-            spans.append(clock() - start)
-        total += min(spans) * count
+            product_once()
+        total += fastest(product_once, repeats) * count
     return total
