@@ -81,7 +81,7 @@ def main() -> int:
         for ids in prompt_ids("train", grpo.grpo["per_device_train_batch_size"] // generations)
         for _ in range(generations)
     ]
-    eval_rows = prompt_ids("eval", recipe.eval.batch_size)
+    eval_rows = prompt_ids("test", recipe.eval.batch_size)
     eos = [tokenizer.eos_token_id]
     shapes = {
         "rollout": (model, train_rows, SamplingSettings(max_new_tokens=64, temperature=1.0, stop_texts=("</answer>",))),

@@ -45,7 +45,11 @@ def build_test_task(name: str, folder: Path, tags=None):
     params = {
         "arithmetic": {},
         "countdown": {},
-        "math": {"source": str(write_jsonl(folder / "numina.jsonl", NUMINA)), "eval_fraction": 0.3},
+        "math": {
+            "source": str(write_jsonl(folder / "numina.jsonl", NUMINA)),
+            "validation_fraction": 0.1,
+            "test_fraction": 0.3,
+        },
         "custom": {
             "path": str(
                 write_jsonl(

@@ -48,7 +48,7 @@ def test_pass_at_k_rejects_impossible_counts():
 def test_sampled_metrics_aggregate_per_problem(monkeypatch):
     """pass@k, maj@k and the sampled format rate, from completions we choose."""
     task = build_task("arithmetic")
-    problems = task.dataset("eval", 2)
+    problems = task.dataset("test", 2)
     right = [f"<think>x</think><answer>{p['answer']}</answer>" for p in problems]
     wrong = "<think>x</think><answer>-1</answer>"
     plan = {
@@ -80,7 +80,7 @@ def test_the_result_keeps_every_wrong_completion_up_to_a_limit(monkeypatch):
     """`samples` keeps the first completions whatever they scored; `mistakes` keeps the wrong ones, in order,
     so a run's failures can be read from its eval file without decoding or scoring them again."""
     task = build_task("arithmetic")
-    problems = task.dataset("eval", 5)
+    problems = task.dataset("test", 5)
     texts = [f"<think>x</think><answer>{p['answer']}</answer>" for p in problems]
     texts[1], texts[3], texts[4] = "<think>x</think><answer>-1</answer>", "no tags", "<answer>-7</answer>"
 
@@ -118,7 +118,7 @@ def test_eval_reads_completions_in_the_recipes_tags_after_a_prefilled_thought(mo
     from grpokit.parsing import Tags
 
     task = build_task("arithmetic", tags=Tags(think="reasoning"))
-    problems = task.dataset("eval", 2)
+    problems = task.dataset("test", 2)
     right = [f"x</reasoning><answer>{p['answer']}</answer>" for p in problems]
     plan = {None: [[right[0]], [f"x</think><answer>{problems[1]['answer']}</answer>"]], 1.0: [[r, r] for r in right]}
     seen = []
@@ -143,7 +143,7 @@ def test_eval_of_a_prefill_think_recipe_opens_the_thought_and_scores_what_follow
     grpo = {"num_generations": 2, "per_device_train_batch_size": 2, "bf16": False}
     recipe = build_recipe({"task": {"prefill_think": True}, "rewards": [{"name": "correctness"}], "grpo": grpo})
     task = build_task("arithmetic")
-    problems = task.dataset("eval", 2)
+    problems = task.dataset("test", 2)
     right = f"b * c first.</think><answer>{problems[0]['answer']}</answer>"
     doubled = f"<think>x</think><answer>{problems[1]['answer']}</answer>"  # opened again by the model: fine too
     seen = []
@@ -221,7 +221,7 @@ def test_a_hanging_or_raising_verifier_is_counted_not_waited_on(tiny_model_dir, 
 
     model, tokenizer = load_model(str(tiny_model_dir))
     task = build_task("arithmetic")
-    problems = task.dataset("eval", 4)
+    problems = task.dataset("test", 4)
 
     def hangs(text, example):
         time.sleep(60)

@@ -71,7 +71,7 @@ def tasks(tmp_path_factory):
 @pytest.mark.parametrize("task_name", sorted(TASKS))
 def test_rewards_and_verifiers_take_any_text(tasks, task_name):
     task = tasks[task_name]
-    rows = task.dataset("eval", 2)
+    rows = task.dataset("test", 2)
     rewards = {}
     for name in sorted(REWARDS):
         try:

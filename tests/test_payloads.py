@@ -123,7 +123,7 @@ def tasks(tmp_path_factory):
 
 
 def reward_of(task, answer: str) -> float:
-    row = task.example("eval", 0)
+    row = task.example("test", 0)
     reward = to_trl("correctness", make_reward("correctness", task))
     columns = {key: [value] for key, value in row.items()}
     return reward(["prompt"], [f"<think>x</think><answer>{answer}</answer>"], **columns)[0]

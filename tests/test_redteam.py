@@ -21,7 +21,7 @@ def test_every_task_and_safe_reward_pays_nothing_for_degenerate_answers(task_nam
     task = build_test_task(task_name, tmp_path)
     rewards = [(name, 1.0, make_reward(name, task)) for name in SAFE_REWARDS]
     # Time left out: math-verify's call on the 100 KB case nears the 1 s bound on a loaded machine.
-    findings = check(task, rewards, task.dataset("eval", 3), slow_seconds=None)
+    findings = check(task, rewards, task.dataset("test", 3), slow_seconds=None)
     assert findings == [], "\n".join(map(str, findings))
 
 
@@ -31,7 +31,7 @@ def test_a_naive_reward_is_caught():
     def substring(completion, example):  # the classic mistake: "the right number appears somewhere"
         return 1.0 if str(example["answer"]) in completion else 0.0
 
-    findings = check(task, [("substring", 1.0, substring)], task.dataset("eval", 2))
+    findings = check(task, [("substring", 1.0, substring)], task.dataset("test", 2))
     cases = {f.case for f in findings}
     assert {"no answer block", "answer only inside <think>", "prose, no tags"} <= cases
 
@@ -44,7 +44,7 @@ def test_raising_and_non_finite_rewards_are_caught():
             raise RuntimeError("boom")
         return float("inf") if "9**9" in completion else 0.0
 
-    problems = {f.problem for f in check(task, [("broken", 1.0, broken)], task.dataset("eval", 1))}
+    problems = {f.problem for f in check(task, [("broken", 1.0, broken)], task.dataset("test", 1))}
     assert any("raised RuntimeError: boom" in p for p in problems)
     assert any("returned inf" in p for p in problems)
 
@@ -58,7 +58,7 @@ def test_a_slow_reward_call_is_reported():
             time.sleep(0.2)
         return 0.0
 
-    findings = check(task, [("slow", 1.0, slow_on_long_text)], task.dataset("eval", 1), slow_seconds=0.05)
+    findings = check(task, [("slow", 1.0, slow_on_long_text)], task.dataset("test", 1), slow_seconds=0.05)
     assert [(f.case, f.problem[: len("reward slow took")]) for f in findings] == [
         ("100 KB completion", "reward slow took")
     ]
@@ -71,7 +71,7 @@ def test_length_reward_paying_for_padding_is_reported():
         ("correctness", 1.0, make_reward("correctness", task)),
         ("length_cosine", 1.0, make_reward("length_cosine", task, {"max_chars": 1000})),
     ]
-    findings = check(task, rewards, task.dataset("eval", 1))
+    findings = check(task, rewards, task.dataset("test", 1))
     assert any(f.case == "100 KB completion" for f in findings)
 
 
@@ -88,12 +88,12 @@ REASONING = Tags(think="reasoning")
 @pytest.mark.parametrize("task_name", sorted(TASKS))
 def test_the_battery_speaks_the_recipes_tags(task_name, tmp_path):
     task = build_test_task(task_name, tmp_path, REASONING)
-    cases = battery(task, task.dataset("eval", 1)[0])
+    cases = battery(task, task.dataset("test", 1)[0])
     assert all("<think>" not in completion for _, completion in cases)
     assert any("<reasoning>" in completion for _, completion in cases)
     rewards = [(name, 1.0, make_reward(name, task)) for name in SAFE_REWARDS]
     # Time left out: math-verify's call on the 100 KB case nears the 1 s bound on a loaded machine.
-    findings = check(task, rewards, task.dataset("eval", 3), slow_seconds=None)
+    findings = check(task, rewards, task.dataset("test", 3), slow_seconds=None)
     assert findings == [], "\n".join(map(str, findings))
 
 
@@ -103,7 +103,7 @@ def test_the_battery_in_other_tags_still_catches_a_naive_reward():
     def substring(completion, example):
         return 1.0 if str(example["answer"]) in completion else 0.0
 
-    cases = {f.case for f in check(task, [("substring", 1.0, substring)], task.dataset("eval", 2))}
+    cases = {f.case for f in check(task, [("substring", 1.0, substring)], task.dataset("test", 2))}
     assert {"no answer block", "answer only inside <think>"} <= cases
 
 
@@ -135,7 +135,7 @@ def test_rewards_check_passes_on_every_shipped_recipe(recipe, capsys, monkeypatc
     monkeypatch.chdir(recipe.parents[2])  # recipes name their data files from the repository root
     loaded = load_recipe(recipe)
     try:
-        build_task(loaded.task.name, loaded.task.params, loaded.task.tags).dataset("eval", 1)
+        build_task(loaded.task.name, loaded.task.params, loaded.task.tags).dataset("test", 1)
     except ValueError as err:
         if "could not load" in str(err) or "hub cannot be reached" in str(err):
             pytest.skip(f"its data set is on the hub, out of reach offline: {err}"[:200])
@@ -163,14 +163,14 @@ def test_worked_step_rewards_pay_nothing_for_listed_equations():
     """Listing `x + p = ...` for every p holds the real step: `steps` and `steps_attempted` cap the count."""
     task = build_task("arithmetic")
     rewards = [(name, 1.0, make_reward(name, task)) for name in ("steps", "steps_attempted", "correctness")]
-    assert check(task, rewards, task.dataset("eval", 3)) == []
+    assert check(task, rewards, task.dataset("test", 3)) == []
 
     def uncapped(completion, example):  # the share of steps written right, however many equations
         written = set(equations(completion.split("</think>")[0]))
         wanted = [step for line in example["steps"] for step in equations(line)]
         return sum(step in written for step in wanted) / len(wanted)
 
-    findings = check(task, [("uncapped", 1.0, uncapped)], task.dataset("eval", 2))
+    findings = check(task, [("uncapped", 1.0, uncapped)], task.dataset("test", 2))
     assert {f.case for f in findings} == {"true equations listed until one is a step"}
 
 
@@ -178,4 +178,4 @@ def test_worked_step_rewards_pay_nothing_for_listed_equations():
 def test_countdown_partial_credit_pays_nothing_for_degenerate_answers(partial):
     task = build_task("countdown")
     rewards = [(name, 1.0, make_reward(name, task)) for name in (partial, "correctness")]
-    assert check(task, rewards, task.dataset("eval", 3)) == []
+    assert check(task, rewards, task.dataset("test", 3)) == []

@@ -166,3 +166,48 @@ def test_a_raising_reward_does_not_end_the_run(tiny_model_dir, tmp_path):
     assert "verifier crashed" in (run_dir / "reward_errors.jsonl").read_text()
     warnings = (run_dir / "warnings.jsonl").read_text()
     assert "reward_errors:tests.test_train.make_boom" in warnings
+
+
+def test_stages_report_the_test_split_watch_validation_and_evaluate_each_suite(tiny_model_dir, tmp_path, length_reward):
+    """The stage table reads the test split, in-training evaluations the validation split (no computation
+    in both), and each eval suite is evaluated before and after every stage, in its own column."""
+    from grpokit import train
+    from grpokit.tasks import build_task
+
+    suite = {"name": "addend_11_99", "params": {"addend_min": 11, "addend_max": 99}, "n": 4}
+    raw = tiny_recipe(
+        tiny_model_dir,
+        tmp_path,
+        rewards=[{"name": length_reward}],
+        eval={"every": 1, "every_n": 3, "suites": [suite]},
+    )
+    run_dir = train.main(build_recipe(raw))
+
+    task = build_task("arithmetic")
+    for stage in ("before", "grpo"):
+        shifted = json.loads((run_dir / f"eval_{stage}.addend_11_99.json").read_text())
+        assert shifted["n"] == 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for row in summary["stages"]:
+        assert row["split"] == "test" and row["suites"]["addend_11_99"]["n"] == 4
+        assert row["stderr"] == train.standard_error(row["accuracy"], row["n"])
+    assert summary["evals"]["after"]["suites"] == summary["stages"][-1]["suites"]
+    test_questions = {row["question"] for row in task.dataset("test", 6)}
+    watched = json.loads((run_dir / "evals" / "step_00001.json").read_text())
+    assert watched["n"] == 3
+    validation = {row["question"]: row for row in task.dataset("validation", 3)}
+    assert {s["question"] for s in watched["samples"]} <= set(validation)
+    assert not {s["question"] for s in watched["samples"]} & test_questions
+    table = train.format_table(summary["stages"])
+    assert "addend_11_99" in table.splitlines()[0] and "±" in table.splitlines()[1]
+    assert "addend_11_99" in (run_dir / "report.html").read_text()
+
+
+def test_a_split_too_small_for_the_recipe_fails_before_the_run_directory_exists(tiny_model_dir, tmp_path):
+    from grpokit import train
+    from grpokit.config import RecipeError
+
+    recipe = build_recipe(tiny_recipe(tiny_model_dir, tmp_path, eval={"n": 500}))
+    with pytest.raises(RecipeError, match="only 114 distinct test problems"):
+        train.main(recipe)
+    assert not (tmp_path / "tiny").exists()

@@ -299,8 +299,26 @@ class CurriculumSection:
 
 
 @dataclass
+class SuiteSection:
+    """An extra evaluation set: the recipe's task with `params` laid over its own (e.g. numbers training
+    never saw), evaluated beside the test split before and after every stage, on that task's test split."""
+
+    name: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    n: int | None = None  # problems, greedy; None: eval.n
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or ""):
+            raise RecipeError(
+                f"eval.suites: name={self.name!r}; give each suite a short name of letters, digits, _ . or -"
+            )
+        if self.n is not None and self.n < 1:
+            raise RecipeError(f"eval.suites {self.name!r}: n={self.n}; it must be >= 1")
+
+
+@dataclass
 class EvalSection:
-    n: int = 200  # held-out problems, greedy
+    n: int = 200  # problems of the test split, greedy: the accuracy every stage reports
     max_new_tokens: int = 96
     batch_size: int = 64
     samples: int = 16  # completions kept in eval_*.json for people to read
@@ -309,9 +327,11 @@ class EvalSection:
     samples_per_problem: int = 0
     k: list[int] = field(default_factory=lambda: [1, 4, 8])
     temperature: float = 1.0
-    # During GRPO: greedy accuracy on the first `every_n` held-out problems every `every` steps (0: off).
+    # During training: greedy accuracy on the first `every_n` validation problems every `every` steps (0: off).
     every: int = 0
     every_n: int = 50
+    # Extra evaluation sets reported beside the test split (each its own column): generalization.
+    suites: list[SuiteSection] = field(default_factory=list)
 
     def validate(self) -> None:
         if self.every < 0 or self.every_n < 1:
@@ -331,6 +351,11 @@ class EvalSection:
             )
         if not self.temperature > 0:
             raise RecipeError(f"eval.temperature={self.temperature}; sampling needs a temperature > 0")
+        names = [suite.name for suite in self.suites]
+        for suite in self.suites:
+            suite.validate()
+        if len(set(names)) < len(names):
+            raise RecipeError(f"eval.suites: names must differ, got {names}")
 
 
 @dataclass
@@ -698,6 +723,11 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
     sandbox.allow_unconfined(recipe.sandbox.allow_unconfined)
     sandbox.share_children(recipe.sandbox.batch)
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+    for suite in recipe.eval.suites:
+        try:
+            build_task(recipe.task.name, {**recipe.task.params, **suite.params}, recipe.task.tags)
+        except RecipeError as err:
+            raise RecipeError(f"eval.suites {suite.name!r}: {err}") from err
     missing = confine.missing_here() if task.uses_sandbox and not recipe.sandbox.allow_unconfined else []
     if missing:
         raise RecipeError(

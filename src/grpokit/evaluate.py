@@ -291,7 +291,7 @@ def main(recipe: Any, model_name: str | None = None) -> EvalResult:
         model_name or recipe.model.name, recipe.model.name, recipe.model.dtype, recipe.model.revision
     )
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
-    return evaluate_recipe(model, tokenizer, task, task.dataset("eval", recipe.eval.n), recipe)
+    return evaluate_recipe(model, tokenizer, task, task.dataset("test", recipe.eval.n), recipe)
 
 
 def evaluate_recipe(

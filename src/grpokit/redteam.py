@@ -158,6 +158,6 @@ def main(recipe: Any, n: int = 8) -> list[Finding]:
         seen.add(key)
         task = build_task(seen_recipe.task.name, seen_recipe.task.params, seen_recipe.task.tags)
         rewards = [(s.name, s.weight, make_reward(s.name, task, s.params)) for s in seen_recipe.rewards]
-        found = check(task, rewards, task.dataset("eval", n), think_prefilled=recipe.task.prefill_think)
+        found = check(task, rewards, task.dataset("test", n), think_prefilled=recipe.task.prefill_think)
         findings += [dataclasses.replace(f, case=f"stage {stage}: {f.case}") if stage else f for f in found]
     return findings

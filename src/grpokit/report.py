@@ -300,14 +300,17 @@ def _results_table(evals: dict[str, dict[str, Any]], stages: list[dict[str, Any]
         return "<p class='muted'>No evaluations saved.</p>"
     info = {row["name"]: row for row in stages or []}
     ks = sorted({k for r in evals.values() for k in r.get("pass_at_k", {})}, key=int)
-    head = ["stage", "kind", "n", "accuracy", "gain", "format", *[f"pass@{k}" for k in ks], *[f"maj@{k}" for k in ks]]
+    suites = list(dict.fromkeys(name for row in stages or [] for name in row.get("suites", {})))
+    head = ["stage", "kind", "n", "test accuracy", "± s.e.", "gain", "format", *suites]
+    head += [*[f"pass@{k}" for k in ks], *[f"maj@{k}" for k in ks]]
     head += ["mean tokens", "truncated", "minutes"]
     rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for stage, r in evals.items():
         row = info.get(stage, {})
         gain = f"{100 * row['gain']:+.1f}" if row.get("gain") is not None else ""
-        cells = [stage.replace("_", " "), row.get("kind", ""), str(r.get("n", "")), _pct(r.get("accuracy")), gain]
-        cells.append(_pct(r.get("format_rate")))
+        cells = [stage.replace("_", " "), row.get("kind", ""), str(r.get("n", "")), _pct(r.get("accuracy"))]
+        cells += [_pct(row.get("stderr")), gain, _pct(r.get("format_rate"))]
+        cells += [_pct(row.get("suites", {}).get(name, {}).get("accuracy")) for name in suites]
         cells += [_pct(r.get("pass_at_k", {}).get(k)) for k in ks] + [_pct(r.get("maj_at_k", {}).get(k)) for k in ks]
         cells += [f"{r.get('mean_completion_tokens', 0):.1f}", _pct(r.get("truncation_rate"))]
         cells.append(f"{row['minutes']:.1f}" if row.get("minutes") is not None and row.get("kind") != "eval" else "")
@@ -319,7 +322,7 @@ def _gain_line(summary: dict[str, Any]) -> str:
     gain = summary.get("grpo_gain")
     if gain is None:
         return ""
-    return f"<p>GRPO added <b>{100 * gain:+.1f} points</b> of held-out accuracy over the evaluation before it.</p>"
+    return f"<p>GRPO added <b>{100 * gain:+.1f} points</b> of test-split accuracy over the evaluation before it.</p>"
 
 
 def _pct(value: float | None) -> str:

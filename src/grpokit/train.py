@@ -1,15 +1,18 @@
 """`grpokit train`: seed, model, data, evaluation before, then each stage (sft, grpo) and its evaluation.
 
 A recipe runs its `stages:` in order (or, without them, a cold start when enabled and one GRPO stage);
-each stage trains the policy the previous one left and is evaluated on the same held-out problems.
+each stage trains the policy the previous one left and is evaluated on the same problems of the task's
+`test` split, and on each of the recipe's `eval.suites`. Evaluations during a stage (`eval.every`) read
+the `validation` split, so nothing a run watches or tunes on is what it reports.
 
 Run directory (one per run, never overwritten):
     recipe.yaml            the resolved recipe, as run
     train.log              everything logged, TRL's and transformers' messages included
     metrics.jsonl          one JSON line per logging step (stage, step, TRL's metrics)
     stages.json            one row per finished stage, `before` first: accuracy, format, minutes, gain
-    eval_before.json       greedy held-out evaluation of the untouched model
+    eval_before.json       greedy test-split evaluation of the untouched model
     eval_<stage>.json      ... after each stage (eval_after.json: after the last one)
+    eval_<stage>.<suite>.json  each evaluation suite's, beside it
     <stage>/               the stage's checkpoints and its trained adapter/ (or model/)
     trainer_state.json     TRL's log history of the last GRPO stage
     adapter/ or model/     the trained LoRA adapter (or full model) and tokenizer
@@ -19,6 +22,7 @@ Run directory (one per run, never overwritten):
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
@@ -46,7 +50,7 @@ from grpokit.evaluate import EvalResult, evaluate_recipe
 from grpokit.models import hold_frozen_linears, load_model
 from grpokit.precision import trainer_precision
 from grpokit.tasks import build_task
-from grpokit.tasks.base import render_prompt
+from grpokit.tasks.base import Example, Task, render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,9 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
 
     main_rank = launch.is_main()
     plan = plan_stages(recipe)
+    # Bad data fails before the run directory is made and before the model loads.
+    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+    held = held_out(task, recipe)
     memory.follow_recipe(recipe.train_pass)
     if resume:
         run_dir, records, checkpoint = prepare_resume(recipe, Path(resume), truncate=main_rank)
@@ -86,12 +93,6 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         transformers.set_seed(recipe.seed)
         started = time.perf_counter()
 
-        # Bad data fails before the model loads.
-        task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
-        try:
-            eval_set = task.dataset("eval", recipe.eval.n)
-        except ValueError as err:
-            raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
         model, tokenizer = load_model(
             recipe.model.name, recipe.model.dtype, recipe.model.revision, full_finetune=not recipe.lora.enabled
         )
@@ -99,8 +100,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         for note in task.notes():
             log.warning("data: %s", note)
         if not records and main_rank:
-            result = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, "before")
-            records.append(stage_record("before", "eval", result, 0.0, None))
+            result, suites = run_evals(model, tokenizer, held, recipe, run_dir, "before")
+            records.append(stage_record("before", "eval", result, 0.0, None, suites))
             save_records(run_dir, records)
         if recipe.lora.enabled:
             model = attach_lora(model, recipe)
@@ -116,7 +117,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
                 continue
             t0 = time.perf_counter()
             model, trainer = run_stage(
-                stage, model, tokenizer, recipe, run_dir, eval_set, metrics, checkpoint, callbacks
+                stage, model, tokenizer, recipe, run_dir, held.validation, metrics, checkpoint, callbacks
             )
             checkpoint, minutes = None, (time.perf_counter() - t0) / 60
             grpo_state = trainer.state if hasattr(trainer, "reward_funcs") else None
@@ -128,8 +129,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             if not main_rank:
                 continue
             save_model(model, tokenizer, run_dir / stage.name, recipe)
-            result = run_eval(model, tokenizer, task, eval_set, recipe, run_dir, stage.name)
-            records.append(stage_record(stage.name, stage.kind, result, minutes, records))
+            result, suites = run_evals(model, tokenizer, held, recipe, run_dir, stage.name)
+            records.append(stage_record(stage.name, stage.kind, result, minutes, records, suites))
             save_records(run_dir, records)
         if not main_rank:
             return run_dir
@@ -159,7 +160,7 @@ def run_stage(
     tokenizer: Any,
     recipe: Recipe,
     run_dir: Path,
-    eval_set: list,
+    watched: list,
     metrics: MetricsLog,
     checkpoint: Path | None,
     callbacks: Sequence[Any] = (),
@@ -167,7 +168,8 @@ def run_stage(
     """Train one stage on `model` (from `checkpoint` when resuming inside it); return the model and trainer.
 
     A stage's `max_minutes` stops it early (callbacks.TimeBudget; a resumed stage's budget counts from the
-    resume); its `eval_every` (or eval.every for grpo stages) evaluates it every N steps."""
+    resume); its `eval_every` (or eval.every for grpo stages) evaluates it on `watched` (validation
+    problems) every N steps."""
     from grpokit.grpo_stage import build_trainer
 
     seen = stage_recipe(recipe, stage)
@@ -187,11 +189,11 @@ def run_stage(
         )
         if seen.eval.every and launch.is_main():
             task = cold_start.task_of(seen)
-            periodic = PeriodicEval(trainer, tokenizer, task, eval_set[: seen.eval.every_n], seen, run_dir, stage.name)
+            periodic = PeriodicEval(trainer, tokenizer, task, watched[: seen.eval.every_n], seen, run_dir, stage.name)
             trainer.add_callback(periodic.callback())
     else:
         trainer = build_trainer(
-            stage.name, model, tokenizer, seen, run_dir, eval_set, metrics, stop, [*budget, *shown, *callbacks]
+            stage.name, model, tokenizer, seen, run_dir, watched, metrics, stop, [*budget, *shown, *callbacks]
         )
     console.adopt(trainer)
     budget_note = f", at most {stage.max_minutes:g} min of training" if stage.max_minutes else ""
@@ -227,21 +229,48 @@ def demonstrations_before(recipe: Recipe, stage: StageSection) -> int:
 
 
 def stage_record(
-    name: str, kind: str, result: EvalResult, minutes: float, earlier: list[dict[str, Any]] | None
+    name: str,
+    kind: str,
+    result: EvalResult,
+    minutes: float,
+    earlier: list[dict[str, Any]] | None,
+    suites: dict[str, EvalResult] | None = None,
 ) -> dict[str, Any]:
-    """One row of stages.json; a GRPO stage's `gain` is its accuracy minus the evaluation before it."""
+    """One row of stages.json: test-split accuracy with its standard error, format, minutes, and each
+    suite's accuracy; a GRPO stage's `gain` is its accuracy minus the evaluation before it."""
     row = {
         "name": name,
         "kind": kind,
+        "split": "test",
         "accuracy": result.accuracy,
+        "stderr": standard_error(result.accuracy, result.n),
         "format_rate": result.format_rate,
         "n": result.n,
         "minutes": round(minutes, 2),
-        "eval_minutes": round(result.seconds / 60, 2),
+        "eval_minutes": round((result.seconds + sum(r.seconds for r in (suites or {}).values())) / 60, 2),
     }
+    if suites:
+        row["suites"] = {
+            label: {
+                "accuracy": r.accuracy,
+                "stderr": standard_error(r.accuracy, r.n),
+                "format_rate": r.format_rate,
+                "n": r.n,
+            }
+            for label, r in suites.items()
+        }
     if kind == "grpo" and earlier:
         row["gain"] = result.accuracy - earlier[-1]["accuracy"]
     return row
+
+
+def standard_error(accuracy: float, n: int) -> float:
+    """The binomial standard error of an accuracy measured on `n` problems.
+
+    >>> round(standard_error(0.9, 100), 3)
+    0.03
+    """
+    return (accuracy * (1 - accuracy) / n) ** 0.5 if n else 0.0
 
 
 def save_records(run_dir: Path, records: list[dict[str, Any]]) -> None:
@@ -418,15 +447,59 @@ def autocast_everywhere(recipe: Recipe) -> bool:
     return all(trainer_precision(stage_recipe(recipe, stage).grpo.get("bf16"))["bf16"] for stage in plan_stages(recipe))
 
 
+@dataclasses.dataclass
+class HeldOut:
+    """What a run is evaluated on: the test problems it reports, the validation problems it watches during
+    training, and each evaluation suite's task and test problems."""
+
+    task: Task
+    test: list[Example]
+    validation: list[Example]
+    suites: dict[str, tuple[Task, list[Example]]]
+
+
+def held_out(task: Task, recipe: Recipe) -> HeldOut:
+    """The run's evaluation sets, drawn before any model loads so that a split too small for the recipe
+    fails first. Validation is drawn only when a stage evaluates during training."""
+    watched = max((stage_recipe(recipe, stage).eval for stage in plan_stages(recipe)), key=lambda e: e.every_n)
+    watching = any(stage_recipe(recipe, stage).eval.every for stage in plan_stages(recipe))
+    try:
+        test = task.dataset("test", recipe.eval.n)
+        validation = task.dataset("validation", watched.every_n) if watching else []
+    except ValueError as err:
+        raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
+    suites = {}
+    for suite in recipe.eval.suites:
+        suite_task = build_task(recipe.task.name, {**recipe.task.params, **suite.params}, recipe.task.tags)
+        try:
+            suites[suite.name] = (suite_task, suite_task.dataset("test", suite.n or recipe.eval.n))
+        except ValueError as err:
+            raise RecipeError(f"eval.suites {suite.name!r}: {err}") from err
+    return HeldOut(task, test, validation, suites)
+
+
+def run_evals(
+    model: Any, tokenizer: Any, held: HeldOut, recipe: Recipe, run_dir: Path, label: str
+) -> tuple[EvalResult, dict[str, EvalResult]]:
+    """Evaluate on the test split and every suite; save each as eval_<label>[.<suite>].json."""
+    result = run_eval(model, tokenizer, held.task, held.test, recipe, run_dir / f"eval_{label}.json", label)
+    suites = {
+        name: run_eval(model, tokenizer, task, rows, recipe, run_dir / f"eval_{label}.{name}.json", f"{label} {name}")
+        for name, (task, rows) in held.suites.items()
+    }
+    return result, suites
+
+
 def run_eval(
-    model: Any, tokenizer: Any, task: Any, eval_set: list, recipe: Recipe, run_dir: Path, label: str
+    model: Any, tokenizer: Any, task: Any, eval_set: list, recipe: Recipe, path: Path, label: str
 ) -> EvalResult:
     result = evaluate_recipe(model, tokenizer, task, eval_set, recipe, label=f"eval {label}")
-    result.save(run_dir / f"eval_{label}.json")
+    result.save(path)
     log.info(
-        "eval %s: accuracy %.1f%%, format %.1f%% on %d held-out problems (%.0f s)",
+        "eval %s: accuracy %.1f%% (± %.1f), format %.1f%% on %d test problems (%.0f s)",
         label,
         100 * result.accuracy,
+        100 * standard_error(result.accuracy, result.n),
         100 * result.format_rate,
         result.n,
         result.seconds,
@@ -444,11 +517,12 @@ def write_summary(
 ) -> None:
     """summary.json: the stages in order (`before` first), the same rows as evals by name, timings."""
     first_grpo = next((i for i, row in enumerate(records) if row["kind"] == "grpo"), None)
+    keys = ("split", "accuracy", "stderr", "format_rate", "n", "suites")
     summary = {
         "stages": records,
         "evals": {
-            **{row["name"]: {k: row[k] for k in ("accuracy", "format_rate", "n")} for row in records},
-            "after": {k: records[-1][k] for k in ("accuracy", "format_rate", "n")},
+            **{row["name"]: {k: row[k] for k in keys if k in row} for row in records},
+            "after": {k: records[-1][k] for k in keys if k in records[-1]},
         },
         # What the GRPO stages added over the evaluation just before the first of them.
         "grpo_gain": records[-1]["accuracy"] - records[first_grpo - 1]["accuracy"] if first_grpo else None,
@@ -464,12 +538,25 @@ def write_summary(
 
 
 def format_table(records: list[dict[str, Any]]) -> str:
-    """The stages as a table: held-out greedy accuracy and format after each, and what GRPO added."""
-    lines = [f"{'stage':<14} {'kind':<5} {'accuracy':>9} {'gain':>7} {'format':>8} {'minutes':>8}   (greedy, held-out)"]
+    """The stages as a table: greedy test-split accuracy (± one standard error) and format after each,
+    what GRPO added, and each evaluation suite's accuracy in a column of its own."""
+    suites = list(dict.fromkeys(name for row in records for name in row.get("suites", {})))
+    width = max([10, *(len(name) + 1 for name in suites)])
+    head = "".join(f" {name:>{width}}" for name in suites)
+    lines = [
+        f"{'stage':<14} {'kind':<5} {'test':>15} {'gain':>7} {'format':>8}{head} {'minutes':>8}   (greedy accuracy)"
+    ]
     for row in records:
         gain = f"{100 * row['gain']:+6.1f}" if "gain" in row else ""
+        accuracy = f"{100 * row['accuracy']:.1f}% ± {100 * row.get('stderr', 0):.1f}"
+        cells = "".join(
+            f" {100 * row['suites'][name]['accuracy']:>{width - 1}.1f}%"
+            if name in row.get("suites", {})
+            else " " * (width + 1)
+            for name in suites
+        )
         lines.append(
-            f"{row['name']:<14} {row['kind']:<5} {100 * row['accuracy']:>8.1f}% {gain:>7} "
-            f"{100 * row['format_rate']:>7.1f}% {row['minutes'] + row.get('eval_minutes', 0):>8.1f}   n={row['n']}"
+            f"{row['name']:<14} {row['kind']:<5} {accuracy:>15} {gain:>7} {100 * row['format_rate']:>7.1f}%{cells} "
+            f"{row['minutes'] + row.get('eval_minutes', 0):>8.1f}   n={row['n']}"
         )
     return "\n".join(lines)

@@ -10,7 +10,7 @@ GOOD = "<think>4 * 5 = 20. 3 + 20 = 23.</think><answer>23</answer>"
 def test_correctness_delegates_to_task_score():
     task = build_task("arithmetic")
     reward = make_reward("correctness", task)
-    for row in task.dataset("eval", 20):
+    for row in task.dataset("test", 20):
         demo = task.demonstration(row)
         assert reward(demo, row) == task.score(demo, row) == 1.0
         assert reward(demo.replace(f"<answer>{row['answer']}<", f"<answer>{row['answer'] + 1}<"), row) == 0.0

@@ -75,7 +75,7 @@ def test_listing_true_equations_until_one_is_a_step_earns_nothing(split_sums):
     """Every `a + p` for p up to 100 holds the real sum step; every `u + a` holds a split sum's units step."""
     task = build_task("arithmetic", {"split_sums": split_sums})
     reward = make_reward("steps", task)
-    row = next(r for r in task.dataset("eval", 200) if len(r["steps"]) == (2 if split_sums == "none" else 3))
+    row = next(r for r in task.dataset("test", 100) if len(r["steps"]) == (2 if split_sums == "none" else 3))
     product = int(row["steps"][0].split("=")[1].rstrip("."))
     a = row["answer"] - product
     listed = [f"{a} + {p} = {a + p}." for p in range(101)] + [f"{u} + {a} = {u + a}." for u in range(10)]

@@ -33,8 +33,8 @@ def test_seed_changes_problems():
 
 def test_held_out_split_never_overlaps_training(task):
     train = {row["question"] for row in task.dataset("train", 3000, distinct=False)}
-    held_out = task.dataset("eval", 200)
-    assert len({row["question"] for row in held_out}) == 200  # distinct
+    held_out = task.dataset("test", 100)
+    assert len({row["question"] for row in held_out}) == 100  # distinct
     assert not train & {row["question"] for row in held_out}
 
 
@@ -86,7 +86,7 @@ def test_every_demonstration_earns_every_step_and_is_right(mode):
 
     task = build_task("arithmetic", {"split_sums": mode})
     reward = make_reward("steps", task)
-    rows = task.dataset("eval", 200)
+    rows = task.dataset("test", 100)
     tens = [row for row in rows if " 10 " in f" {row['question'].rstrip('?')} "]
     assert tens  # sums with 10 among them: `any` splits them, `all` writes them whole
     for row in rows:
@@ -100,7 +100,7 @@ def test_split_sum_demonstrations_earn_every_step():
 
     task = build_task("arithmetic", {"split_sums": "carries"})
     reward = make_reward("steps", task)
-    rows = task.dataset("eval", 100)
+    rows = task.dataset("test", 100)
     split = [row for row in rows if len(row["steps"]) == 3]
     assert split and len(split) < len(rows)  # some problems carry, some do not
     for row in rows:
@@ -119,7 +119,7 @@ def test_split_sum_demonstrations_earn_every_step():
 def test_demonstration_scores_and_is_strict(task):
     from grpokit.parsing import is_strict_format
 
-    for row in task.dataset("eval", 50):
+    for row in task.dataset("test", 50):
         demo = task.demonstration(row)
         assert is_strict_format(demo)
         assert task.score(demo, row) == 1.0
@@ -164,7 +164,10 @@ def test_score(task, completion, score):
         {"min_value": 5, "max_value": 1},
         {"operators": ["/"]},
         {"operators": []},
-        {"eval_fraction": 0.0},
+        {"eval_fraction": 0.2},
+        {"test_fraction": 0.0},
+        {"validation_fraction": 0.5, "test_fraction": 0.5},
+        {"addend_min": 50, "addend_max": 11},
         {"operands": 2, "operators": ["+", "*"]},
         {"split_sums": True},
     ],
@@ -181,5 +184,5 @@ def test_unknown_param_names_known_ones():
 
 def test_too_small_problem_space_fails_clearly():
     task = build_task("arithmetic", {"operands": 2, "operators": ["+"], "min_value": 1, "max_value": 2})
-    with pytest.raises(ValueError, match="(distinct eval problems|no eval problem found)"):
-        task.dataset("eval", 50)
+    with pytest.raises(ValueError, match="(distinct test problems|no test problem found)"):
+        task.dataset("test", 50)

@@ -28,12 +28,12 @@ def test_demonstrations_are_written_in_the_recipes_tags_and_score(task_name, tag
 
 def test_the_system_prompt_names_the_recipes_tags():
     task = build_task("arithmetic", tags=REASONING)
-    system = task.messages(task.example("eval", 0))[0]["content"]
+    system = task.messages(task.example("test", 0))[0]["content"]
     assert "<reasoning> </reasoning>" in system and "<answer> </answer>" in system and "<think>" not in system
-    assert task.messages(task.example("eval", 0), "Be brief.")[0]["content"] == "Be brief."  # the recipe's own wins
+    assert task.messages(task.example("test", 0), "Be brief.")[0]["content"] == "Be brief."  # the recipe's own wins
     default = build_task("arithmetic")
     assert default.tags == THINK_TAGS
-    assert default.messages(default.example("eval", 0))[0]["content"] == DEFAULT_SYSTEM_PROMPT
+    assert default.messages(default.example("test", 0))[0]["content"] == DEFAULT_SYSTEM_PROMPT
     assert "<think> </think>" in DEFAULT_SYSTEM_PROMPT
 
 

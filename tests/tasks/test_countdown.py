@@ -214,13 +214,13 @@ def test_tries_on_any_chain_vary_the_first_step_across_problems():
 def test_search_keeps_the_problems():
     params = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "max_target": 50}
     search = build_task("countdown", {**params, "demonstration": "search"})
-    assert search.dataset("eval", 50) == build_task("countdown", params).dataset("eval", 50)
+    assert search.dataset("test", 50) == build_task("countdown", params).dataset("test", 50)
 
 
 def test_deterministic_and_split_apart(task):
     assert task.example("train", 5) == build_task("countdown").example("train", 5)
     train = {(tuple(sorted(r["nums"])), r["target"]) for r in task.dataset("train", 500, distinct=False)}
-    held_out = {(tuple(sorted(r["nums"])), r["target"]) for r in task.dataset("eval", 100)}
+    held_out = {(tuple(sorted(r["nums"])), r["target"]) for r in task.dataset("test", 100)}
     assert not train & held_out
 
 
@@ -284,7 +284,7 @@ def test_loads_the_hub_schema_from_a_file_and_a_hub_style_folder(tmp_path):
     folder = write_hub_folder(tmp_path / "repo", rows, eval_rows=0)
     for source in (str(path), str(folder)):
         task = build_task("countdown", {"source": source, "limit": 50})
-        seen = task.dataset("train", 10) + task.dataset("eval", 2)
+        seen = task.dataset("train", 10) + task.dataset("test", 2)
         assert {(tuple(r["nums"]), r["target"]) for r in seen} <= {(tuple(r["nums"]), r["target"]) for r in rows}
         row = seen[0]
         assert task.score(f"<think>x</think><answer>{row['nums'][0]} + {row['nums'][1]} + 2</answer>", row) == 1.0

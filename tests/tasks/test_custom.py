@@ -24,7 +24,7 @@ def test_jsonl_with_named_columns_and_numeric_checker(qa_file):
         "custom", {"path": str(qa_file), "question_column": "q", "answer_column": "a", "checker": "numeric"}
     )
     train = {r["question"] for r in task.dataset("train", 30, distinct=False)}
-    held_out = {r["question"] for r in task.dataset("eval", 3)}
+    held_out = {r["question"] for r in task.dataset("test", 3)}
     assert not train & held_out
     row = task.example("train", 0)
     assert task.score(f"<think>x</think><answer>{row['answer']}.0</answer>", row) == 1.0
@@ -38,7 +38,7 @@ def test_csv_with_exact_checker(tmp_path):
         "question,answer\nCapital of France?,Paris\n" + "".join(f"Question {i}?,Answer {i}\n" for i in range(30)),
         encoding="utf-8",
     )
-    task = build_task("custom", {"path": str(path)})
+    task = build_task("custom", {"path": str(path), "test_fraction": 0.3})
     row = {"question": "Capital of France?", "answer": "Paris"}
     assert task.score("<think>x</think><answer> Paris </answer>", row) == 1.0
     assert task.score("<think>x</think><answer>paris</answer>", row) == 0.0

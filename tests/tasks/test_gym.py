@@ -17,7 +17,7 @@ def countdown():
 
 def test_splits_are_disjoint_and_scores_strict(countdown):
     train = countdown.dataset("train", 100, distinct=False)
-    held_out = countdown.dataset("eval", 5)
+    held_out = countdown.dataset("test", 5)
     assert not {r["question"] for r in train} & {r["question"] for r in held_out}
     row = held_out[0]
     assert countdown.score(countdown.demonstration(row), row) == 1.0
@@ -48,7 +48,7 @@ def test_the_python_payload_runs_in_reasoning_gym_but_not_through_grpokit(countd
     assert (direct / "pwned.txt").exists()
 
     monkeypatch.chdir(tmp_path)
-    row = countdown.example("eval", 0)
+    row = countdown.example("test", 0)
     for answer in (PAYLOAD, "exec('imp'+'ort os; os.sys'+'tem(\"touch pwned.txt\")')", "open('pwned.txt', 'w')"):
         assert countdown.score(f"<think>x</think><answer>{answer}</answer>", row) == 0.0
     assert not (tmp_path / "pwned.txt").exists()
@@ -95,7 +95,7 @@ def test_countdown_is_decided_by_the_ast_evaluator_and_agrees_with_reasoning_gym
         raise AssertionError("reasoning-gym's parse_expr was called on model text")
 
     monkeypatch.setattr(gym_countdown, "parse_expr", no_parse_expr)
-    row = countdown.example("eval", 0)
+    row = countdown.example("test", 0)
     assert countdown.score(countdown.demonstration(row), row) == 1.0
     assert not countdown.uses_sandbox
 

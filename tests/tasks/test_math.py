@@ -14,7 +14,7 @@ from tests.data_files import GSM8K, NUMINA, write_hub_folder, write_jsonl
 @pytest.fixture(scope="module")
 def numina_task(tmp_path_factory):
     path = write_jsonl(tmp_path_factory.mktemp("numina") / "numina.jsonl", NUMINA)
-    return build_task("math", {"source": str(path), "eval_fraction": 0.3})
+    return build_task("math", {"source": str(path), "validation_fraction": 0.1, "test_fraction": 0.3})
 
 
 TABLE = [
@@ -55,7 +55,7 @@ def test_a_batch_gives_the_tables_verdicts_in_one_round_trip():
 def test_batched_task_scores_equal_one_by_one_on_right_wrong_and_adversarial_completions(numina_task):
     task = numina_task
     completions, examples = [], []
-    for row in task.dataset("train", 6) + task.dataset("eval", 2):
+    for row in task.dataset("train", 6) + task.dataset("test", 2):
         gold = row["answer"]
         answers = [gold, f"\\boxed{{{gold}}}", f"${gold}$", f"{gold} + 1", "7/3", "", "<answer>1</answer>"]
         texts = [f"<think>x</think><answer>{a}</answer>" for a in answers] + [c for _, c in task.adversarial(row)]
@@ -83,7 +83,7 @@ def test_gold_extraction():
 def test_numina_file_split_score_and_unparsable_gold_reported(numina_task):
     task = numina_task
     train = task.dataset("train", 20)
-    held_out = task.dataset("eval", 5)
+    held_out = task.dataset("test", 5)
     assert not {r["question"] for r in train} & {r["question"] for r in held_out}
     row = (
         next(r for r in train + held_out if r["answer"] == "\\frac{1}{2}")
@@ -94,11 +94,11 @@ def test_numina_file_split_score_and_unparsable_gold_reported(numina_task):
     assert task.score("<think>...</think><answer>-1000</answer>", row) == 0.0
     assert task.score(task.demonstration(row), row) == 1.0
     # Read every row once: the two rows without a readable gold are skipped and reported, not scored.
-    task.dataset("train", len(task.checked.rows["train"]), distinct=False)
-    task.dataset("eval", len(task.checked.rows["eval"]), distinct=False)
+    for split in ("train", "validation", "test"):
+        task.dataset(split, len(task.checked.rows[split]), distinct=False)
     (note,) = task.notes()
     assert "skipped 2 of 43 checked rows" in note
-    every = task.checked.rows["train"] + task.checked.rows["eval"]
+    every = task.checked.rows["train"] + task.checked.rows["validation"] + task.checked.rows["test"]
     assert sum(r["answer"] is None for r in every) == 1  # the row with no \boxed at all
 
 
@@ -126,8 +126,8 @@ def test_gsm8k_csv_and_parquet_files(tmp_path):
 def test_hub_path_reads_named_splits(tmp_path):
     """The hub code path (`datasets.load_dataset`), on a local folder laid out like a hub repo."""
     folder = write_hub_folder(tmp_path / "numina_repo", NUMINA[:30])
-    task = build_task("math", {"source": str(folder), "train_split": "train", "eval_split": "test"})
-    assert [r["question"] for r in task.dataset("eval", 8)] == [r["problem"] for r in NUMINA[:8]]
+    task = build_task("math", {"source": str(folder), "train_split": "train", "test_split": "test"})
+    assert [r["question"] for r in task.dataset("test", 8)] == [r["problem"] for r in NUMINA[:8]]
     assert task.example("train", 0)["question"] == NUMINA[8]["problem"]
     limited = build_task("math", {"source": str(folder), "limit": 5})
     assert len(limited.checked.rows["train"]) == 5
@@ -161,7 +161,7 @@ def test_a_hub_source_loads_on_first_use_and_fails_clearly_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     task = build_task("math", {"source": "no/such-dataset-offline"})  # validating a recipe downloads nothing
     with pytest.raises(ValueError, match="data set 'no/such-dataset-offline' is not in the local cache"):
-        task.example("eval", 0)
+        task.example("test", 0)
 
 
 def test_wrong_schema_names_row_and_column(tmp_path):
@@ -174,7 +174,7 @@ def test_wrong_schema_names_row_and_column(tmp_path):
 
 def test_rewards_check_finds_nothing(numina_task):
     rewards = [(n, 1.0, make_reward(n, numina_task)) for n in ("format", "tag_count", "correctness")]
-    findings = check(numina_task, rewards, numina_task.dataset("eval", 3), slow_seconds=None)  # time: a load guess
+    findings = check(numina_task, rewards, numina_task.dataset("test", 3), slow_seconds=None)  # time: a load guess
     assert findings == [], "\n".join(map(str, findings))
 
 
@@ -188,7 +188,7 @@ def test_shipped_word_problems_are_reproducible_and_all_golds_parse():
         "data/word_problems.jsonl is stale: run scripts/make_word_problems.py"
     )
     task = build_task("math", {"source": str(root / "data" / "word_problems.jsonl"), "schema": "numina"})
-    for split in ("train", "eval"):
+    for split in ("train", "validation", "test"):
         rows = task.dataset(split, 100)
         assert all(task.score(task.demonstration(r), r) == 1.0 for r in rows)
     assert task.notes() == []

@@ -137,7 +137,10 @@ def test_numina_demonstrations_score_one(tmp_path):
         {"problem": f"Problem {i}", "solution": f"We find $\\boxed{{{gold}}}$.", "messages": []}
         for i, (gold, _, _) in enumerate(golds(random.Random(1)))
     ]
-    task = build_task("math", {"source": str(write_jsonl(tmp_path / "numina.jsonl", rows)), "eval_fraction": 0.5})
+    task = build_task(
+        "math",
+        {"source": str(write_jsonl(tmp_path / "numina.jsonl", rows)), "validation_fraction": 0.1, "test_fraction": 0.5},
+    )
     for split, split_rows in task.checked.rows.items():
         for index in range(len(split_rows)):
             row = task.example(split, index)
@@ -148,7 +151,7 @@ def test_numina_demonstrations_score_one(tmp_path):
 @pytest.mark.parametrize("task_name", ["arithmetic", "countdown", "math", "custom", "reasoning_gym"])
 def test_every_task_demonstration_scores_one(task_name, tmp_path):
     task = build_test_task(task_name, tmp_path)
-    rows = task.dataset("eval", 5)
+    rows = task.dataset("test", 5)
     demonstrated = [row for row in rows if task.demonstration(row) is not None]
     assert demonstrated or task_name == "custom"
     for row in demonstrated:

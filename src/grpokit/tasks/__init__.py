@@ -11,6 +11,13 @@ from grpokit.tasks.base import Task
 
 TASKS: dict[str, type[Task]] = {}
 
+# Keys earlier recipes used, and what replaced them.
+RENAMED = {
+    "eval_fraction": "the held-out share is now two, validation_fraction (watched during training) and "
+    "test_fraction (reported); set those instead",
+    "eval_split": "the hub split that is reported is now test_split",
+}
+
 
 def register_task(cls: type[Task]) -> type[Task]:
     if cls.name in TASKS:
@@ -29,6 +36,9 @@ def build_task(name: str, params: dict[str, Any] | None = None, tags: Tags = THI
 
     cls = get_task_class(name)
     known = {f.name for f in dataclasses.fields(cls.config_class)}
+    for old, new in RENAMED.items():
+        if old in (params or {}) and old not in known:
+            raise RecipeError(f"task.params.{old} for task {name!r} is gone: {new}")
     unknown = sorted(set(params or {}) - known)
     if unknown:
         raise RecipeError(f"unknown key task.params.{unknown[0]} for task {name!r}; known: {', '.join(sorted(known))}")

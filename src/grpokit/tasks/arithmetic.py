@@ -1,5 +1,8 @@
 """Synthetic arithmetic: `a + b * c` and `a * b + c` with integers 1..10, as in the reference run.
 
+Problems are split by their computation (`computation`): `3 + 4 * 5`, `5 * 4 + 3` and `3 + 5 * 4` are one
+problem and fall in one split.
+
 >>> task = ArithmeticTask(ArithmeticConfig())
 >>> row = task.example("train", 0)
 >>> row["question"]  # doctest: +SKIP
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 
 from grpokit.parsing import extract_answer
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, split_of
+from grpokit.tasks.base import Example, Task, check_fractions, check_split, split_of
 
 OPERATORS = ("+", "-", "*")
 SPLIT_SUMS = ("none", "carries", "all", "any")
@@ -32,6 +35,10 @@ class ArithmeticConfig:
     min_value: int = 1
     max_value: int = 10
     operators: list[str] = field(default_factory=lambda: ["+", "*"])
+    # The range of a term that is added or subtracted alone (the `a` of `a + b * c`; not a factor of a
+    # product); None: min_value / max_value. An evaluation suite can shift it to numbers training never saw.
+    addend_min: int | None = None
+    addend_max: int | None = None
     # Each problem uses every operator at least once (3 operands, + and *: exactly a+b*c or a*b+c).
     all_operators: bool = True
     # How worked steps write a sum of a number >= 10 and a digit: "none" in one step (`54 + 6 = 60.`),
@@ -39,8 +46,9 @@ class ArithmeticConfig:
     # in two always (`4 + 3 = 7. 50 + 7 = 57.` too), "any" in two whenever the larger term is >= 10, whatever
     # the other (`4 + 10 = 14. 50 + 14 = 64.` too). The demonstrations and the `steps` reward follow it.
     split_sums: str = "none"
-    # Share of the problem space held out for evaluation; training never draws from it.
-    eval_fraction: float = 0.2
+    # Shares of the computations held out: `validation` (watched during training) and `test` (reported).
+    validation_fraction: float = 0.1
+    test_fraction: float = 0.2
     seed: int = 0
 
     def validate(self) -> None:
@@ -48,7 +56,10 @@ class ArithmeticConfig:
             raise ValueError(f"operands={self.operands}; use 2..8")
         if self.min_value > self.max_value:
             raise ValueError(f"min_value={self.min_value} > max_value={self.max_value}")
-        if abs(self.min_value) > 10**6 or abs(self.max_value) > 10**6:
+        lo, hi = self.addend_range
+        if lo > hi:
+            raise ValueError(f"addend_min={lo} > addend_max={hi}")
+        if max(abs(self.min_value), abs(self.max_value), abs(lo), abs(hi)) > 10**6:
             raise ValueError("operand range must stay within ±1,000,000")
         bad = [op for op in self.operators if op not in OPERATORS]
         if bad or not self.operators:
@@ -59,8 +70,14 @@ class ArithmeticConfig:
             raise ValueError(f"all_operators needs operands-1 >= {len(set(self.operators))} distinct operators")
         if self.split_sums not in SPLIT_SUMS:
             raise ValueError(f"split_sums={self.split_sums!r}; use one of {', '.join(SPLIT_SUMS)}")
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+        check_fractions(self.validation_fraction, self.test_fraction)
+
+    @property
+    def addend_range(self) -> tuple[int, int]:
+        """The range of terms that stand alone in a sum (not factors of a product)."""
+        lo = self.min_value if self.addend_min is None else self.addend_min
+        hi = self.max_value if self.addend_max is None else self.addend_max
+        return lo, hi
 
 
 @register_task
@@ -70,26 +87,39 @@ class ArithmeticTask(Task):
     worked_steps = True
 
     def example(self, split: str, index: int) -> Example:
-        if split not in ("train", "eval"):
-            raise ValueError(f"split={split!r}; use 'train' or 'eval'")
+        check_split(split)
         cfg = self.config
         # Split streams are seeded apart; rejection keeps each draw inside its own partition.
         rng = random.Random(f"{cfg.seed}:{split}:{index}")
         for _ in range(_MAX_DRAWS):
-            nums = [rng.randint(cfg.min_value, cfg.max_value) for _ in range(cfg.operands)]
             ops = [rng.choice(cfg.operators) for _ in range(cfg.operands - 1)]
             if cfg.all_operators and set(ops) != set(cfg.operators):
                 continue
-            expression = _render(nums, ops)
-            if split_of(expression, cfg.eval_fraction) == split:
+            ranges = [(cfg.min_value, cfg.max_value) if factor else cfg.addend_range for factor in _factors(ops)]
+            nums = [rng.randint(lo, hi) for lo, hi in ranges]
+            if self.split(nums, ops) == split:
                 break
         else:
             raise ValueError(
                 f"no {split} problem found in {_MAX_DRAWS} draws: the problem space of {cfg} is too "
                 "small to split; widen min_value..max_value or add operands"
             )
+        expression = _render(nums, ops)
         steps, value = solve(nums, ops, split_sums=cfg.split_sums)
-        return {"question": f"What is {expression}?", "expression": expression, "answer": value, "steps": steps}
+        return {
+            "question": f"What is {expression}?",
+            "expression": expression,
+            "computation": computation(nums, ops),
+            "answer": value,
+            "steps": steps,
+        }
+
+    def split(self, nums: list[int], ops: list[str]) -> str:
+        """The split of the problem `nums` joined by `ops`: that of its computation, whatever its order."""
+        return split_of(computation(nums, ops), self.config.validation_fraction, self.config.test_fraction)
+
+    def key(self, example: Example) -> str:
+        return example["computation"]
 
     def score(self, completion: str, example: Example) -> float:
         answer = extract_answer(completion, tags=self.tags)
@@ -112,6 +142,37 @@ class ArithmeticTask(Task):
     def demonstration(self, example: Example) -> str:
         t, steps = self.tags, " ".join(example["steps"])
         return f"{t.think_open}{steps}{t.think_close}{t.answer_open}{example['answer']}{t.answer_close}"
+
+
+def computation(nums: list[int], ops: list[str]) -> str:
+    """The problem's canonical form: its terms (products of factors) with their signs, each term's factors
+    and the terms sorted, so commuted and reordered forms of one computation are equal.
+
+    >>> computation([3, 4, 5], ["+", "*"]) == computation([5, 4, 3], ["*", "+"]) == computation([3, 5, 4], ["+", "*"])
+    True
+    >>> computation([3, 4, 5], ["-", "*"]) == computation([-4, 5, 3], ["*", "+"])
+    True
+    >>> computation([3, 4, 5], ["+", "*"]) == computation([4, 3, 5], ["+", "*"])
+    False
+    """
+    terms: list[tuple[int, list[int]]] = [(1, [nums[0]])]
+    for op, num in zip(ops, nums[1:], strict=True):
+        if op == "*":
+            terms[-1][1].append(num)
+        else:
+            terms.append((1 if op == "+" else -1, [num]))
+    canonical = []
+    for sign, factors in terms:
+        for factor in factors:
+            sign = -sign if factor < 0 else sign
+        canonical.append(("+" if sign > 0 else "-") + "*".join(str(f) for f in sorted(abs(f) for f in factors)))
+    return " ".join(sorted(canonical))
+
+
+def _factors(ops: list[str]) -> list[bool]:
+    """For each operand of `ops`, whether it is a factor of a product (a neighbouring `*`)."""
+    padded = ["+", *ops, "+"]
+    return [padded[i] == "*" or padded[i + 1] == "*" for i in range(len(ops) + 1)]
 
 
 def solve(nums: list[int], ops: list[str], split_sums: str = "none") -> tuple[list[str], int]:

@@ -7,6 +7,7 @@ Correctness has one source of truth: the correctness reward, evaluation accuracy
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from typing import Any, ClassVar
 
 from grpokit.parsing import THINK_TAGS, Tags
@@ -24,12 +25,16 @@ DEFAULT_SYSTEM_PROMPT = default_system_prompt()
 
 Example = dict[str, Any]  # one row: at least "question" and "answer"; tasks may add fields
 
+# `train` is trained on, `validation` watched and tuned on (in-training evaluations), `test` reported.
+SPLITS = ("train", "validation", "test")
+
 
 class Task:
     """Base class of every task. Subclasses set `name` and `config_class` and implement `example`/`score`.
 
-    Synthetic tasks are deterministic per index (`random.Random(seed + index)`), and the train and
-    eval splits never share a problem (`split_of` partitions the problem space by a stable hash).
+    Synthetic tasks are deterministic per index (`random.Random(seed + index)`). The splits (`SPLITS`)
+    never share a problem: `split_of` assigns each problem by a stable hash of its canonical form
+    (`key`), so the forms of one computation or question fall on one side.
 
     `tags` are the recipe's thought and answer tags (`build_task` sets them): `score`, `demonstration`
     and the default system prompt use them.
@@ -76,8 +81,16 @@ class Task:
         Written in the default `<think>`/`<answer>` tags; the check puts them in the recipe's (`retag`)."""
         return []
 
+    def key(self, example: Example) -> str:
+        """The problem's canonical form: two rows with one key are the same problem, and share a split.
+
+        The default is the normalised question text (`normalise_question`); tasks whose problems can be
+        written several ways (a computation's commuted forms) override it."""
+        return normalise_question(str(example["question"]))
+
     def dataset(self, split: str, n: int, distinct: bool = True) -> list[Example]:
-        """The first `n` problems of a split (distinct ones by default), in a fixed order."""
+        """The first `n` problems of a split (distinct canonical forms by default), in a fixed order."""
+        check_split(split)
         if not distinct:
             return [self.example(split, i) for i in range(n)]
         rows: list[Example] = []
@@ -87,13 +100,15 @@ class Task:
         while len(rows) < n and index < 50 * n + 1000:
             row = self.example(split, index)
             index += 1
-            if row["question"] not in seen:
-                seen.add(row["question"])
+            key = self.key(row)
+            if key not in seen:
+                seen.add(key)
                 rows.append(row)
         if len(rows) < n:
             raise ValueError(
                 f"task {self.name!r} has only {len(rows)} distinct {split} problems, fewer than the {n} "
-                "asked for; ask for fewer (eval.n) or give the task more problems (wider ranges, more rows)"
+                "asked for; ask for fewer (eval.n) or give the task more problems (wider ranges, more rows, "
+                "a larger test_fraction)"
             )
         return rows
 
@@ -109,23 +124,66 @@ class Task:
         ]
 
 
-def split_of(key: str, eval_fraction: float) -> str:
-    """'eval' for a stable `eval_fraction` of all problem keys, else 'train'."""
+def check_split(split: str) -> None:
+    """Refuse a split name that is not one of `SPLITS`, naming them."""
+    if split not in SPLITS:
+        hint = (
+            " (the held-out split is now 'validation' for tuning and 'test' for reporting)" if split == "eval" else ""
+        )
+        raise ValueError(f"split={split!r}; use one of {', '.join(SPLITS)}{hint}")
+
+
+def check_fractions(validation_fraction: float, test_fraction: float) -> None:
+    """Refuse held-out shares that leave a split empty: each in (0, 1), together below 1."""
+    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"{name}={value}; it must be in (0, 1)")
+    if validation_fraction + test_fraction >= 1.0:
+        raise ValueError(
+            f"validation_fraction + test_fraction = {validation_fraction + test_fraction:g} leaves nothing to "
+            "train on; keep their sum below 1"
+        )
+
+
+def split_of(key: str, validation_fraction: float, test_fraction: float) -> str:
+    """The split of the problem whose canonical form is `key`: 'test' for a stable `test_fraction` of all
+    keys, 'validation' for the next `validation_fraction`, 'train' for the rest.
+
+    >>> [split_of(k, 0.1, 0.2) for k in ("a", "a")] == [split_of("a", 0.1, 0.2)] * 2
+    True
+    """
     digest = hashlib.sha256(key.encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+    where = int.from_bytes(digest[:8], "big") / 2**64
+    if where < test_fraction:
+        return "test"
+    return "validation" if where < test_fraction + validation_fraction else "train"
 
 
-def partition(items: list, key: Any, eval_fraction: float) -> dict[str, list]:
-    """`items` split into {"train": [...], "eval": [...]} by `split_of(key(item))`, order kept.
+def partition(items: list, key: Any, validation_fraction: float, test_fraction: float) -> dict[str, list]:
+    """`items` split into {"train": [...], "validation": [...], "test": [...]} by `split_of(key(item))`,
+    order kept.
 
-    >>> splits = partition(list("abcdefgh"), str, 0.5)
-    >>> sorted(splits["train"] + splits["eval"]) == list("abcdefgh"), splits["train"] == sorted(splits["train"])
+    >>> splits = partition(list("abcdefgh"), str, 0.25, 0.25)
+    >>> sorted(sum(splits.values(), [])) == list("abcdefgh"), splits["train"] == sorted(splits["train"])
     (True, True)
     """
-    splits: dict[str, list] = {"train": [], "eval": []}
+    splits: dict[str, list] = {split: [] for split in SPLITS}
     for item in items:
-        splits[split_of(key(item), eval_fraction)].append(item)
+        splits[split_of(key(item), validation_fraction, test_fraction)].append(item)
     return splits
+
+
+def normalise_question(text: str) -> str:
+    """A question's text as a split key: Unicode-normalised (NFKC), case-folded, without blanks or
+    closing punctuation, so that copies differing only in spacing, case or a final `?` share a split.
+
+    >>> normalise_question("What is  2+2?") == normalise_question("what is 2 + 2")
+    True
+    >>> normalise_question("What is 2+2?") == normalise_question("What is 2-2?")
+    False
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(text.split()).rstrip(".?!:;,")
 
 
 def render_prompt(

@@ -28,13 +28,18 @@ from grpokit.data import is_local_file, load_split, read_file, require_columns
 from grpokit.expressions import evaluate_expression
 from grpokit.parsing import THINK_TAGS, extract_answer, retag
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, partition, split_of
+from grpokit.tasks.base import Example, Task, check_fractions, check_split, partition, split_of
 
 APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 _OPS = tuple(APPLY)
 _MAX_DRAWS = 2000
 DEMONSTRATIONS = ("solution", "worked", "tries", "backtrack", "search")
 BACKTRACK_MOST = 20  # steps a backtracking thought may write (3 numbers: 4 first steps x 4 tries, at most)
+
+
+def problem_key(nums: list[int], target: int) -> str:
+    """A countdown problem's canonical form: its numbers as a multiset, and its target."""
+    return f"{sorted(nums)}->{target}"
 
 
 @dataclass
@@ -45,10 +50,12 @@ class CountdownConfig:
     max_value: int = 99
     min_target: int = 1
     max_target: int = 100
-    eval_fraction: float = 0.1
+    # Shares of the problems (a multiset of numbers and a target) held out for validation and test.
+    validation_fraction: float = 0.05
+    test_fraction: float = 0.1
     seed: int = 0
     # Instead of generating: a hub id (Jiayi-Pan/Countdown-Tasks-3to4) or a .jsonl/.csv/.parquet file
-    # with `nums` and `target`; its train split is partitioned into train/eval by a stable hash.
+    # with `nums` and `target`; its train split is partitioned into train/validation/test by a stable hash.
     source: str | None = None
     limit: int | None = None
     # The sft stage's thought: "solution" writes the solution's equation (`12 * 2 + 7 = 31`); "worked"
@@ -84,8 +91,7 @@ class CountdownConfig:
             raise ValueError(f"values {self.min_value}..{self.max_value}; use 1 <= min <= max <= 10000")
         if not 1 <= self.min_target <= self.max_target:
             raise ValueError(f"targets {self.min_target}..{self.max_target}; use 1 <= min <= max")
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+        check_fractions(self.validation_fraction, self.test_fraction)
 
 
 @register_task
@@ -112,10 +118,12 @@ class CountdownTask(Task):
                     f"{config.source} {where}", row, ("nums", "target"), "Countdown data needs nums and target"
                 )
             examples = load_rows([row for _, row in records])
-            loaded = partition(examples, lambda e: f"{sorted(e['nums'])}->{e['target']}", config.eval_fraction)
+            loaded = partition(examples, self.key, config.validation_fraction, config.test_fraction)
             for split, rows in loaded.items():
                 if not rows:
-                    raise ValueError(f"{config.source}: the {split} split is empty; add rows or change eval_fraction")
+                    raise ValueError(
+                        f"{config.source}: the {split} split is empty; add rows or change {split}_fraction"
+                    )
             self.loaded = loaded
         return self.loaded
 
@@ -125,6 +133,7 @@ class CountdownTask(Task):
         return row if self.tags == THINK_TAGS else {**row, "question": retag(row["question"], self.tags)}
 
     def _example(self, split: str, index: int) -> Example:
+        check_split(split)
         if self.config.source:
             rows = self.load()[split]
             return rows[index % len(rows)]
@@ -140,9 +149,12 @@ class CountdownTask(Task):
             expression, value = solution
             if value.denominator != 1 or not cfg.min_target <= value <= cfg.max_target:
                 continue
-            if split_of(f"{sorted(nums)}->{value}", cfg.eval_fraction) == split:
+            if split_of(problem_key(nums, int(value)), cfg.validation_fraction, cfg.test_fraction) == split:
                 return self.make_row(nums, int(value), expression)
         raise ValueError(f"no solvable {split} countdown instance in {_MAX_DRAWS} draws for {cfg}; widen the ranges")
+
+    def key(self, example: Example) -> str:
+        return problem_key(example["nums"], example["target"])
 
     @staticmethod
     def make_row(nums: list[int], target: int, solution: str | None = None) -> Example:

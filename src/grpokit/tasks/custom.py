@@ -23,7 +23,7 @@ from pathlib import Path
 from grpokit.data import FILE_SUFFIXES, read_file, require_columns
 from grpokit.parsing import extract_answer
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, partition
+from grpokit.tasks.base import Example, Task, check_fractions, check_split, partition
 from grpokit.tasks.math_problems import math_score
 
 CHECKERS = ("exact", "numeric", "math")
@@ -36,7 +36,9 @@ class CustomConfig:
     question_column: str = "question"
     answer_column: str = "answer"
     checker: str = "exact"
-    eval_fraction: float = 0.1
+    # Shares of the questions (by normalised text) held out for validation and test.
+    validation_fraction: float = 0.1
+    test_fraction: float = 0.1
 
     def validate(self) -> None:
         if not self.path:
@@ -45,8 +47,7 @@ class CustomConfig:
             raise ValueError(f"{self.path}: use a {', '.join(FILE_SUFFIXES)} file")
         if self.checker not in CHECKERS:
             raise ValueError(f"checker={self.checker!r}; choose from {', '.join(CHECKERS)}")
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+        check_fractions(self.validation_fraction, self.test_fraction)
 
 
 @register_task
@@ -57,11 +58,12 @@ class CustomTask(Task):
     def __init__(self, config: CustomConfig) -> None:
         super().__init__(config)
         rows = read_rows(Path(config.path), config.question_column, config.answer_column)
-        self.splits = partition(rows, lambda row: row["question"], config.eval_fraction)
+        self.splits = partition(rows, self.key, config.validation_fraction, config.test_fraction)
         for split, items in self.splits.items():
-            if not items:
+            if not items and split != "validation":  # validation is needed only by in-training evaluations
                 raise ValueError(
-                    f"{config.path}: {len(rows)} rows leave the {split} split empty; add rows or change eval_fraction"
+                    f"{config.path}: {len(rows)} rows leave the {split} split empty; add rows or change "
+                    "validation_fraction / test_fraction"
                 )
 
     @property
@@ -69,7 +71,10 @@ class CustomTask(Task):
         return self.config.checker == "math"
 
     def example(self, split: str, index: int) -> Example:
+        check_split(split)
         rows = self.splits[split]
+        if not rows:
+            raise ValueError(f"{self.config.path}: the {split} split is empty; add rows or raise {split}_fraction")
         return rows[index % len(rows)]
 
     def score(self, completion: str, example: Example) -> float:

@@ -35,7 +35,7 @@ from grpokit.parsing import extract_answer
 from grpokit.sandbox import SandboxError, shared_sandbox
 from grpokit.scorers import gym_path, gym_refusal
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, split_of
+from grpokit.tasks.base import SPLITS, Example, Task, check_fractions, check_split, normalise_question, split_of
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ class ReasoningGymConfig:
     config: dict[str, Any] = field(default_factory=dict)
     size: int = 20000  # problems generated (both splits together)
     seed: int = 0
-    eval_fraction: float = 0.05
+    validation_fraction: float = 0.05  # shares of the problems (by normalised question) held out
+    test_fraction: float = 0.05
     threshold: float = 1.0
 
     def validate(self) -> None:
@@ -81,8 +82,7 @@ class ReasoningGymConfig:
             )
         if self.size < 20:
             raise ValueError(f"size={self.size}; generate at least 20 problems")
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+        check_fractions(self.validation_fraction, self.test_fraction)
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold={self.threshold}; it must be in (0, 1]")
 
@@ -107,7 +107,7 @@ class ReasoningGymTask(Task):
             raise ValueError(
                 f"reasoning-gym rejected the config for {config.dataset!r}: {err or type(err).__name__}"
             ) from err
-        self.indices: dict[str, list[int]] = {"train": [], "eval": []}
+        self.indices: dict[str, list[int]] = {split: [] for split in SPLITS}
         self.scanned = 0
         self.score_errors = 0
 
@@ -116,10 +116,11 @@ class ReasoningGymTask(Task):
         return self.data[index]
 
     def example(self, split: str, index: int) -> Example:
-        indices = self.indices[split]
-        while len(indices) <= index and self.scanned < self.config.size:
-            question = self.entry(self.scanned)["question"]
-            self.indices[split_of(question, self.config.eval_fraction)].append(self.scanned)
+        check_split(split)
+        indices, cfg = self.indices[split], self.config
+        while len(indices) <= index and self.scanned < cfg.size:
+            key = normalise_question(self.entry(self.scanned)["question"])
+            self.indices[split_of(key, cfg.validation_fraction, cfg.test_fraction)].append(self.scanned)
             self.scanned += 1
         if not indices:
             raise ValueError(f"reasoning-gym {self.config.dataset}: no {split} problems among {self.config.size}")

@@ -6,8 +6,10 @@
 
 Schemas: `numina` (`problem`, `solution` whose last `\\boxed{...}` is the gold answer) and `gsm8k`
 (`question`, `answer` ending in `#### N`); `auto` picks by the columns of the first row. A hub id or
-dataset folder is read per split (`train_split`, `eval_split`); a single file is split by a stable
-hash of the question (`eval_fraction`), so train and eval never share a problem.
+dataset folder is read per split (`train_split`, `test_split`; validation is a stable share of the
+train split, `validation_fraction`); a single file is split three ways by a stable hash of the
+normalised question (`validation_fraction`, `test_fraction`). No question is in two splits: training
+and validation rows whose question is also a test question are dropped.
 
 Items whose gold answer math-verify cannot read are skipped, counted and reported (`notes()`, the
 training log, `summary.json`), never scored 0 in silence. Scoring is math-verify's
@@ -38,7 +40,7 @@ from grpokit.parsing import extract_answer
 from grpokit.sandbox import SandboxError, SandboxRefused, SandboxTimeout, shared_sandbox
 from grpokit.scorers import math_refusal
 from grpokit.tasks import register_task
-from grpokit.tasks.base import Example, Task, partition
+from grpokit.tasks.base import Example, Task, check_fractions, check_split, normalise_question, partition
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +125,8 @@ class CheckedRows:
 
     def get(self, split: str, index: int) -> Example:
         rows, valid = self.rows[split], self.valid[split]
+        if not rows:
+            raise ValueError(f"{self.source}: the {split} split is empty; add rows or raise {split}_fraction")
         while len(valid) <= index and self.scanned[split] < len(rows):
             row = rows[self.scanned[split]]
             if row["answer"] is not None and gold_parses(row["answer"]):
@@ -154,8 +158,9 @@ class MathConfig:
     subset: str | None = None
     schema: str = "auto"
     train_split: str = "train"
-    eval_split: str | None = "test"
-    eval_fraction: float = 0.1
+    test_split: str | None = "test"  # None: the test split is a share of the train split too
+    validation_fraction: float = 0.05
+    test_fraction: float = 0.1  # of a single file, or of the train split when test_split is None
     limit: int | None = None  # read at most this many rows per split
 
     def validate(self) -> None:
@@ -166,8 +171,7 @@ class MathConfig:
             )
         if self.schema not in SCHEMAS:
             raise ValueError(f"schema={self.schema!r}; choose from {', '.join(SCHEMAS)}")
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction={self.eval_fraction}; it must be in (0, 1)")
+        check_fractions(self.validation_fraction, self.test_fraction)
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit={self.limit}; use a positive number of rows or leave it out")
 
@@ -190,9 +194,10 @@ class MathTask(Task):
         if self._checked is None:
             splits = {split: [self._convert(w, row) for w, row in records] for split, records in self._read().items()}
             for split, rows in splits.items():
-                if not rows:
+                if not rows and split != "validation":  # validation is needed only by in-training evaluations
                     raise ValueError(
-                        f"{self.config.source}: the {split} split is empty; add rows or change eval_fraction"
+                        f"{self.config.source}: the {split} split is empty; add rows or change "
+                        "validation_fraction / test_fraction"
                     )
             self._checked = CheckedRows(splits, self.config.source)
         return self._checked
@@ -204,10 +209,19 @@ class MathTask(Task):
             records = [(f"{path} {where}", row) for where, row in read_file(path)][: cfg.limit]
         else:
             records = load_split(cfg.source, cfg.train_split, cfg.subset)[: cfg.limit]
-            if cfg.eval_split is not None:
-                return {"train": records, "eval": load_split(cfg.source, cfg.eval_split, cfg.subset)[: cfg.limit]}
-        # One file, or a hub split with no eval split: a stable hash of the question decides.
-        return partition(records, lambda r: str(r[1].get(self._columns(r[1])[0], r[0])), cfg.eval_fraction)
+            if cfg.test_split is not None:
+                test = load_split(cfg.source, cfg.test_split, cfg.subset)[: cfg.limit]
+                tested = {self._key(r) for r in test}
+                kept = [r for r in records if self._key(r) not in tested]
+                # The hub's test split is the test split; validation is a share of the rest.
+                return {**partition(kept, self._key, cfg.validation_fraction, 0.0), "test": test}
+        # One file, or a hub split with no test split: a stable hash of the question decides.
+        return partition(records, self._key, cfg.validation_fraction, cfg.test_fraction)
+
+    def _key(self, record: tuple[str, dict[str, Any]]) -> str:
+        """A raw record's split key: its normalised question text (the row's place when it has none)."""
+        where, row = record
+        return normalise_question(str(row.get(self._columns(row)[0], where)))
 
     def _schema(self, row: dict[str, Any]) -> str:
         if self.config.schema != "auto":
@@ -232,6 +246,7 @@ class MathTask(Task):
         return {"question": str(row[question_column]).strip(), "answer": gold, "solution": solution, "where": where}
 
     def example(self, split: str, index: int) -> Example:
+        check_split(split)
         return self.checked.get(split, index)
 
     def score(self, completion: str, example: Example) -> float:
