@@ -6,13 +6,24 @@ hook. `grpokit.sandbox_worker` installs them after its preloads and before the f
 - **user**: when started as root, the worker becomes nobody (65534) with no supplementary groups, so
   it cannot signal, trace or read the files of the trainer. It keeps one capability, reading files
   past permission bits, and only where Landlock is on, which confines those reads to the Python trees
-  (the interpreter often lives under a root-only home, and scorers import lazily).
+  (the interpreter often lives under a root-only home, and scorers import lazily). A trainer that is
+  not root cannot start it as another user (that takes privileges): the worker keeps the trainer's
+  user, counts as missing this mechanism, and is refused unless the recipe opts in
+  (`sandbox.allow_unconfined`). Opted in, seccomp still keeps a call's limits, priorities and signals
+  off the trainer, and Landlock its files and signals.
 - **Landlock** (Linux 5.13+): reads only under the Python import roots and the system library
   folders; no writes, removals, device nodes or links anywhere; no TCP bind or connect (ABI 4+); no
   signals to processes outside the worker (ABI 6+).
 - **seccomp** (libseccomp through `pyseccomp`): no exec, no sockets, no opening files for writing, no
   changes to files by path, no tracing or signalling other processes, no namespaces, mounts, BPF,
-  io_uring or kernel keyrings. The per-call child adds a second filter: no fork and no threads.
+  io_uring or kernel keyrings. Nothing that outlives a call or reaches past its process: no SysV IPC
+  or POSIX message queues, no `setpriority` or `ioprio_set` (they can name a group or a user), and
+  limits, scheduling and memory placement only for the calling process itself (pid 0). These hold
+  whatever the user: a call cannot set its worker's limits, or the trainer's where both share a user.
+  The per-call child adds a second filter: no fork and no threads.
+
+None of them stops `stat` on a path outside the read roots (its size, times and owner, never its
+contents): Landlock has no access right for it and seccomp cannot read a path.
 
 `probe()` tells what this kernel offers without changing the calling process (`grpokit env`).
 """
@@ -32,6 +43,7 @@ _PR_SET_KEEPCAPS = 8
 _PR_SET_NO_NEW_PRIVS = 38
 _LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446  # same on every arch
 _READ_FILE, _READ_DIR = 1 << 2, 1 << 3
+_SHARED_USER = "a user apart from the trainer's (only a trainer run as root can start its worker as another user)"
 _SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
 
 # Syscalls the worker never needs; each fails with EPERM. Names this libseccomp does not know are skipped.
@@ -46,7 +58,16 @@ DENIED = (
     "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "keyctl", "add_key", "request_key", "init_module", "finit_module", "delete_module", "kexec_load",
     "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "personality", "fanotify_init", "memfd_create",
+    # objects that outlive the process that made them
+    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr",
+    # settings of other processes, named by group or user as well as by pid
+    "setpriority", "ioprio_set", "migrate_pages", "process_madvise",
 )  # fmt: skip
+# Allowed only on the calling process (first argument 0): the worker's limits, priority and CPUs would
+# otherwise be every later call's, and a same-user trainer's too.
+SELF_ONLY = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "move_pages")
 # clone3 passes its flags in memory that seccomp cannot read: ENOSYS makes libc fall back to clone.
 _ENOSYS = ("clone3", "openat2")
 _WRITE_FLAGS = (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND)
@@ -62,12 +83,18 @@ class Confinement:
 
     @property
     def complete(self) -> bool:
-        return self.seccomp and self.landlock_abi > 0 and self.uid != 0 and self.no_new_privs
+        """Every mechanism held, seen from the calling process (the trainer): the worker's user is apart."""
+        return not self.missing()
 
     def missing(self) -> list[str]:
+        """The mechanisms that did not hold, as the trainer sees them: a worker under the trainer's own
+        user could set the trainer's limits or read its files wherever a filter has a gap."""
         out = [] if self.seccomp else ["seccomp"]
         out += [] if self.landlock_abi else ["Landlock"]
-        out += [] if self.uid != 0 else ["an unprivileged user"]
+        if self.uid == 0:
+            out.append("an unprivileged user")
+        elif self.uid == os.getuid():
+            out.append(_SHARED_USER)
         return out + ([] if self.no_new_privs else ["no_new_privs"])
 
     def to_dict(self) -> dict:
@@ -93,8 +120,9 @@ def seccomp_problem() -> str | None:
 
 
 def missing_here() -> list[str]:
-    """Mechanisms this machine cannot give the worker (the user drop always works: root can drop)."""
-    return (["seccomp"] if seccomp_problem() else []) + ([] if landlock_abi() else ["Landlock"])
+    """Mechanisms this machine cannot give the worker (a user apart from this process's: only root can)."""
+    out = (["seccomp"] if seccomp_problem() else []) + ([] if landlock_abi() else ["Landlock"])
+    return out + ([] if os.geteuid() == 0 else [_SHARED_USER])
 
 
 def probe() -> list[str]:
@@ -105,7 +133,8 @@ def probe() -> list[str]:
     return [
         "seccomp: " + (problem or "yes (libseccomp via pyseccomp)"),
         "Landlock: " + (f"yes (ABI {abi})" if abi else "no (kernel without Landlock, or not enabled)"),
-        "user: " + ("root: the worker drops to nobody (65534)" if uid == 0 else f"already unprivileged (uid {uid})"),
+        "user: "
+        + ("root: the worker drops to nobody (65534)" if uid == 0 else f"no: {_SHARED_USER} (this is uid {uid})"),
     ]
 
 
@@ -147,6 +176,8 @@ def forbid_processes() -> None:
 def _base_rules(sc, add) -> None:
     for name in DENIED:
         add(sc.ERRNO(errno.EPERM), name)
+    for name in SELF_ONLY:
+        add(sc.ERRNO(errno.EPERM), name, sc.Arg(0, sc.NE, 0))
     for name in _ENOSYS:
         add(sc.ERRNO(errno.ENOSYS), name)
     for flag in _WRITE_FLAGS:

@@ -15,6 +15,9 @@ This side holds three promises:
   lands on the item that caused it and never on its batch-mates.
 - **Time.** The worker kills a call's child at its timeout; if the worker itself falls silent, this
   side kills it and starts another on the next call.
+- **A broken worker is replaced.** When a worker that has served calls reports that a child failed
+  at start-up (before any model output ran, so its own state is to blame), this side replaces it and
+  sends the request once more; a fresh worker whose children cannot start is reported, not restarted.
 - **Confinement or refusal.** The worker reports which kernel mechanisms held (`grpokit.confine`).
   When one is missing the start-up log says which, and calls are refused unless the recipe opts in
   (`sandbox.allow_unconfined: true`).
@@ -94,7 +97,8 @@ class Sandbox:
         self.preload = tuple(preload)  # imported (and warmed up) before the worker confines itself
         self.allow_unconfined = allow_unconfined
         self.confinement: Confinement | None = None
-        self.restarts = 0  # workers killed because they fell silent or broke the protocol
+        self.restarts = 0  # workers killed: they fell silent, broke the protocol, or their children stopped starting
+        self._children_started = False  # whether a child of the current worker ever got past its start-up
         self._proc: subprocess.Popen | None = None
         self._refused: str | None = None  # why this machine cannot confine the worker, once known
         self._buffer = b""
@@ -181,28 +185,42 @@ class Sandbox:
 
     def _request(self, function: str, payload: dict[str, Any], timeout: float) -> dict:
         """Send one request and return the worker's checked reply; a broken worker is killed (and restarted
-        by the next request) and raises."""
+        by the next request) and raises. A worker whose children stopped starting is replaced at once."""
         with self._lock:
-            proc = self._ensure_started()
-            self._next_id += 1
-            request = {"id": self._next_id, "function": function, **payload, "timeout": timeout}
-            try:
-                data = json.dumps(request, allow_nan=False).encode() + b"\n"
-            except (TypeError, ValueError) as err:
-                raise SandboxError(f"{function}: arguments are not plain JSON data: {err}") from None
-            if len(data) > MAX_REQUEST_BYTES:
-                raise SandboxError(
-                    f"{function}: the request is {len(data)} bytes; the worker reads {MAX_REQUEST_BYTES}"
-                )
-            try:
-                proc.stdin.write(data)
-                proc.stdin.flush()
-                return self._read_reply(proc, time.monotonic() + timeout + 10.0, len(payload.get("batch", ())))
-            except (OSError, ValueError, SandboxError) as err:
-                code = proc.poll()
+            reply = self._exchange(function, payload, timeout)
+            if not reply["ok"] and reply["kind"] == "start" and self._children_started:
+                # Its children die before any model output runs (a limit set on it from outside, say):
+                # every later call would fail the same way, so a fresh worker takes this one.
+                logger.warning("sandbox worker replaced: %s", reply["error"])
                 self._kill()
                 self.restarts += 1
-                raise SandboxError(f"{function}: sandbox worker failed (exit code {code}): {err}") from None
+                reply = self._exchange(function, payload, timeout)
+            if reply["ok"] or reply["kind"] != "start":
+                self._children_started = True
+            elif not self._children_started:
+                reply = {**reply, "error": reply["error"] + " in a fresh worker; is memory_limit above this "
+                         "process's own RLIMIT_AS?"}  # fmt: skip
+            return reply
+
+    def _exchange(self, function: str, payload: dict[str, Any], timeout: float) -> dict:
+        proc = self._ensure_started()
+        self._next_id += 1
+        request = {"id": self._next_id, "function": function, **payload, "timeout": timeout}
+        try:
+            data = json.dumps(request, allow_nan=False).encode() + b"\n"
+        except (TypeError, ValueError) as err:
+            raise SandboxError(f"{function}: arguments are not plain JSON data: {err}") from None
+        if len(data) > MAX_REQUEST_BYTES:
+            raise SandboxError(f"{function}: the request is {len(data)} bytes; the worker reads {MAX_REQUEST_BYTES}")
+        try:
+            proc.stdin.write(data)
+            proc.stdin.flush()
+            return self._read_reply(proc, time.monotonic() + timeout + 10.0, len(payload.get("batch", ())))
+        except (OSError, ValueError, SandboxError) as err:
+            code = proc.poll()
+            self._kill()
+            self.restarts += 1
+            raise SandboxError(f"{function}: sandbox worker failed (exit code {code}): {err}") from None
 
     def close(self) -> None:
         with self._lock:
@@ -220,6 +238,7 @@ class Sandbox:
         if self._refused:
             raise SandboxRefused(self._refused)
         self._buffer = b""
+        self._children_started = False
         proc = subprocess.Popen(
             [sys.executable, "-I", "-B", str(WORKER)],
             stdin=subprocess.PIPE,
@@ -258,7 +277,7 @@ class Sandbox:
         reply = json.loads(self._read_line(proc, deadline), parse_constant=_reject_constant)
         if not isinstance(reply, dict) or reply.get("id") != self._next_id or not isinstance(reply.get("ok"), bool):
             raise SandboxError(f"malformed reply {str(reply)[:80]!r}")
-        if not reply["ok"] and (reply.get("kind") not in ("timeout", "error", "died") or "error" not in reply):
+        if not reply["ok"] and (reply.get("kind") not in ("timeout", "error", "died", "start") or "error" not in reply):
             raise SandboxError(f"malformed error reply {str(reply)[:80]!r}")
         if reply["ok"] and not (_plain_items(reply.get("items"), batch) if batch else "value" in reply):
             raise SandboxError(f"malformed reply {str(reply)[:80]!r}")

@@ -11,19 +11,26 @@ environment, then speaks one JSON object per line; nothing here ever unpickles o
    reads a request.
 3. Each request runs in a fresh child forked from this warmed-up process. The child's copies of the
    protocol pipes are replaced by /dev/null; it gets a memory cap, a CPU cap, and a second seccomp
-   filter that forbids processes, threads and signals; it runs `module:function(*args)` in its main
-   thread (math-verify's `signal.alarm` timeouts work there), writes one JSON reply into a private
-   pipe and exits. Whatever a call does dies with its child: the next call starts clean.
+   filter that forbids processes, threads and signals; it writes `STARTED` into a private pipe, runs
+   `module:function(*args)` in its main thread (math-verify's `signal.alarm` timeouts work there),
+   writes one JSON reply into that pipe and exits. Whatever a call does dies with its child: the next
+   call starts clean (the worker's own limits, priority and CPUs are out of its reach, see
+   `grpokit.confine`).
 4. This process reads at most `MAX_REPLY_BYTES` from the child until the deadline, kills it past
    that, checks the reply is a JSON object of the expected shape, and writes its own reply line with
-   the request's id. A child cannot reach the trainer's pipe, so it cannot desynchronise or forge
-   the protocol; it can only return a value for its own call, which the trainer range-checks.
+   the request's id. A child that exits before `STARTED` ran no model output: this process's own state
+   keeps children from starting, and it says so (kind `start`) so that the trainer replaces it. A child
+   cannot reach the trainer's pipe, so it cannot desynchronise or forge the protocol; it can only
+   return a value for its own call, which the trainer range-checks.
 5. A batch request (`"batch"`: a list of argument lists, one function) runs its items in order in
    one child, one fork for all of them: that is what makes scoring many completions cheap. The child
-   stops after the first item that raises (whatever it left behind dies with the child; the trainer
-   sends the items after it again, to a fresh one) and replies one result per item it ran. Items of
-   one batch share the child's state, so the trainer batches only verifiers that read screened text,
-   and it rescores a whole batch one item per child when any reply is not a plain, in-range number.
+   sends each item's verdict as soon as it is known and runs the next item only once this process has
+   read it and acknowledged it, so a verdict is final before any later item runs: no item can change
+   the verdict of one before it. The child stops after the first item that raises (whatever it left
+   behind dies with the child; the trainer sends the items after it again, to a fresh one). Items of
+   one batch share the child's state, so an item can still change the verdicts of those after it: the
+   trainer batches only verifiers that read screened text, and it rescores a whole batch one item per
+   child when any reply is not a plain, in-range number.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import time
 
 MAX_REPLY_BYTES = 1 << 20
 MAX_REQUEST_BYTES = 1 << 22
+STARTED = {"started": True}  # a child's first line: it is confined and about to run model output
 
 
 def main() -> None:
@@ -75,30 +83,45 @@ def main() -> None:
 
 def _run_in_child(request: dict, memory_limit: int, devnull: int, protocol_fds: tuple[int, ...]) -> dict:
     timeout = float(request["timeout"])
-    read_end, write_end = os.pipe()
+    batch = request.get("batch")
+    read_end, write_end = os.pipe()  # the child's lines: `STARTED`, then one verdict per call
+    ack_read, ack_write = os.pipe()  # one byte per verdict taken here: a batch's go-ahead for its next item
     pid = os.fork()
-    if pid == 0:  # the child: confine further, run the one call (or batch), reply, exit
+    if pid == 0:  # the child: confine further, say so, run the one call (or batch), reply, exit
         status = 1
         try:
             os.close(read_end)
+            os.close(ack_write)
             for fd in protocol_fds:
                 os.dup2(devnull, fd)
             _limit_child(memory_limit, timeout)
-            if "batch" in request:
-                _write(write_end, _call_each(request["function"], request["batch"]))
-            else:
+            _write(write_end, STARTED)
+            if batch is None:
                 _write(write_end, _call(request["function"], request["args"]))
+            else:
+                _call_each(request["function"], batch, write_end, ack_read)
             status = 0
         finally:
             os._exit(status)
     os.close(write_end)
+    os.close(ack_read)
     deadline = time.monotonic() + timeout
+    lines, verdicts, single = _Lines(read_end, deadline), [], None
     try:
-        data, finished = _read_until(read_end, deadline)
+        started = lines.next() == json.dumps(STARTED).encode()
+        if not started:
+            finished = lines.eof
+        elif batch is None:
+            single = lines.rest()  # the whole rest is the one reply
+            finished = single is not None
+        else:
+            verdicts = _read_verdicts(lines, ack_write, len(batch))
+            finished = not lines.cut_off
     finally:
         os.close(read_end)
+        os.close(ack_write)
     pidfd = os.pidfd_open(pid)
-    try:  # a child that closed its pipe must still exit by the deadline
+    try:  # a child must exit by the deadline, whatever it sent
         left = deadline - time.monotonic()
         finished = finished and left > 0 and bool(select.select([pidfd], [], [], left)[0])
     finally:
@@ -108,20 +131,37 @@ def _run_in_child(request: dict, memory_limit: int, devnull: int, protocol_fds: 
     _, status = os.waitpid(pid, 0)
     if not finished:
         return {"ok": False, "kind": "timeout", "error": f"ran past {timeout:g} s"}
-    try:
-        reply = json.loads(data, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
+    if not started:  # no model output ran yet: this worker's own state keeps its children from starting
+        return {"ok": False, "kind": "start", "error": f"its child failed at start-up ({_describe(status)})"}
+    if batch is not None:
+        items = _checked_items(verdicts, len(batch))
+        if items is None:
+            return {"ok": False, "kind": "error", "error": "malformed batch reply"}
+        return {"ok": True, "items": items}
+    reply = _parsed(single)
+    if reply is None:
         return {"ok": False, "kind": "died", "error": f"no valid reply (exit status {_describe(status)})"}
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         return {"ok": False, "kind": "error", "error": "malformed reply"}
     if not reply["ok"]:
         return {"ok": False, "kind": "error", "error": str(reply.get("error", ""))[:500]}
-    if "batch" in request:
-        items = _checked_items(reply.get("items"), len(request["batch"]))
-        if items is None:
-            return {"ok": False, "kind": "error", "error": "malformed batch reply"}
-        return {"ok": True, "items": items}
     return {"ok": True, "value": reply.get("value")}
+
+
+def _read_verdicts(lines: _Lines, ack: int, size: int) -> list:
+    """A batch's verdicts, each final once read: the child runs its next item only after this
+    acknowledges the one before, so no later item can reach an earlier verdict, not even in the pipe."""
+    verdicts = []
+    while len(verdicts) < size:
+        verdict = _parsed(lines.next())
+        verdicts.append(verdict)
+        if not isinstance(verdict, dict) or verdict.get("ok") is not True:
+            break  # the end: a failure, a malformed line, or no line at all
+        try:
+            os.write(ack, b"\x01")
+        except OSError:  # the child is gone; the verdicts so far stand
+            break
+    return verdicts
 
 
 def _limit_child(memory_limit: int, timeout: float) -> None:
@@ -150,14 +190,14 @@ def _call(function: str, args: list) -> dict:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"[:500]}
 
 
-def _call_each(function: str, batch: list) -> dict:
-    """`_call` for each argument list in order, stopping after the first that fails."""
-    items = []
+def _call_each(function: str, batch: list, out: int, ack: int) -> None:
+    """`_call` for each argument list in order, each verdict sent as soon as it is known, stopping after
+    the first that fails. Each next item waits for the parent's acknowledgement of the one before."""
     for args in batch:
-        items.append(_call(function, args))
-        if not items[-1]["ok"]:
-            break  # this process may now be in any state: the items after it go to a fresh child
-    return {"ok": True, "items": items}
+        item = _call(function, args)
+        _write(out, item)
+        if not item["ok"] or os.read(ack, 1) != b"\x01":
+            return  # after a failure this process may be in any state: the rest go to a fresh child
 
 
 def _checked_items(items: object, size: int) -> list[dict] | None:
@@ -177,19 +217,36 @@ def _checked_items(items: object, size: int) -> list[dict] | None:
     ]
 
 
-def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
-    chunks, size = [], 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return b"", False
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks), True
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_REPLY_BYTES:
-            return b"", False
+class _Lines:
+    """The child's lines, read until `deadline` and `MAX_REPLY_BYTES` in all (`cut_off` past either)."""
+
+    def __init__(self, fd: int, deadline: float) -> None:
+        self.fd, self.deadline, self.buffer, self.size, self.cut_off, self.eof = fd, deadline, b"", 0, False, False
+
+    def next(self) -> bytes | None:
+        """The next whole line, or None at the end of the pipe or when cut off."""
+        while b"\n" not in self.buffer:
+            if self.eof or not self._read():
+                return None
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def rest(self) -> bytes | None:
+        """Everything left until the child closes the pipe, or None when cut off."""
+        while not self.eof:
+            if not self._read():
+                return None
+        return self.buffer
+
+    def _read(self) -> bool:
+        left = self.deadline - time.monotonic()
+        if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+            self.cut_off = True
+            return False
+        chunk = os.read(self.fd, 65536)
+        self.eof, self.size, self.buffer = not chunk, self.size + len(chunk), self.buffer + chunk
+        self.cut_off = self.size > MAX_REPLY_BYTES
+        return not self.cut_off
 
 
 def _write(fd: int, message: dict) -> None:
@@ -200,6 +257,14 @@ def _write(fd: int, message: dict) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _parsed(line: bytes | None) -> object:
+    """A line as plain JSON data, or None."""
+    try:
+        return None if line is None else json.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _reject_constant(name: str) -> None:
