@@ -114,3 +114,58 @@ def test_cli_resume_finds_the_newest_resumable_run(tiny_model_dir, tmp_path, cap
     path.write_text(yaml.safe_dump(raw))
     assert main(["train", str(path), "--resume"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_a_run_stopped_in_its_warm_up_resumes_from_there_to_the_end(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The default recipe's shape (an sft stage named `warmup`, then grpo), stopped by SIGTERM in the warm-up:
+    interrupted with the warm-up's checkpoint, found by `--resume`, continued inside the warm-up."""
+    import torch
+    import yaml
+
+    from grpokit import cold_start
+    from grpokit.cli import main
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path, output={"dir": str(tmp_path), "name": "tiny", "save_every": 0})
+    raw["stages"] = [{"name": "warmup", "kind": "sft", "steps": 4}, {"name": "grpo", "steps": 2}]
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    build, started_at = cold_start.build_trainer, []
+
+    class StartedAt(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            started_at.append(state.global_step)
+
+    def with_callbacks(*callbacks):
+        def build_trainer(*args, **kwargs):
+            trainer = build(*args, **kwargs)
+            for callback in callbacks:
+                trainer.add_callback(callback)
+            return trainer
+
+        return build_trainer
+
+    monkeypatch.setattr(cold_start, "build_trainer", with_callbacks(SignalAt(3, signal.SIGTERM)))
+    assert main(["train", str(path)]) == 130
+    assert "SIGTERM: stopped after step 3 of stage warmup" in capsys.readouterr().err
+    (run_dir,) = (tmp_path / "tiny").iterdir()
+    status = read_status(run_dir)
+    assert status["status"] == "interrupted" and status["checkpoint"] == str(run_dir / "warmup" / "checkpoint-3")
+    assert [row["name"] for row in json.loads((run_dir / "stages.json").read_text())] == ["before"]
+
+    monkeypatch.setattr(cold_start, "build_trainer", with_callbacks(StartedAt()))
+    assert main(["train", str(path), "--resume"]) == 0  # the newest resumable run: this one
+    assert started_at == [3]  # the warm-up went on from its checkpoint: step 4 only
+    rows = json.loads((run_dir / "stages.json").read_text())
+    assert [(row["name"], row["kind"]) for row in rows] == [("before", "eval"), ("warmup", "sft"), ("grpo", "grpo")]
+    status = read_status(run_dir)
+    assert status["status"] == "finished" and status["resumed"] is True and (run_dir / "adapter").is_dir()
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in metrics if r["stage"] == "warmup" and "loss" in r] == [1, 2, 3, 4]
+    assert [r["step"] for r in metrics if r["stage"] == "grpo" and "reward" in r] == [1, 2]
+    # The same weights as a run never stopped.
+    monkeypatch.setattr(cold_start, "build_trainer", build)
+    straight = train.main(build_recipe({**raw, "output": {**raw["output"], "dir": str(tmp_path / "straight")}}))
+    a, b = adapter_weights(straight), adapter_weights(run_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=1e-6), name

@@ -83,6 +83,34 @@ def test_newest_run_pickers_skip_failed_runs(tmp_path):
     assert runs.newest(base) == good
 
 
+def test_a_run_stopped_in_any_stage_is_interrupted_with_that_stages_checkpoint(tmp_path):
+    """The default recipe's SIGTERM in its warm-up: warmup/checkpoint-6, no grpo folder yet."""
+    from grpokit import checkpoints
+    from grpokit.checkpoints import TrainingInterrupted
+
+    base = tmp_path / "tiny"
+    run = make_run(tmp_path, "tiny", "20260101-100000", finished=False, status={"status": "running"})
+    (run / "stages.json").write_text(json.dumps([{"name": "before", "kind": "eval"}]))
+    for step in (3, 6):
+        (run / "warmup" / f"checkpoint-{step}").mkdir(parents=True)
+        mark_complete(run / "warmup" / f"checkpoint-{step}", step)
+    runs.mark_stopped(run, TrainingInterrupted("SIGTERM: stopped after step 6 of stage warmup"))
+    status = runs.read_status(run)
+    assert status["status"] == "interrupted" and status["checkpoint"] == str(run / "warmup" / "checkpoint-6")
+    assert latest_resumable_run(base) == run  # what `grpokit train RECIPE --resume` continues
+
+    # Once the warm-up finished, its checkpoints are not a place to resume: a stop in the next stage,
+    # before that stage saved, has nothing to continue from.
+    (run / "stages.json").write_text(json.dumps([{"name": "before"}, {"name": "warmup"}]))
+    assert checkpoints.resume_checkpoint(run) is None and latest_resumable_run(base) is None
+    (run / "answers" / "checkpoint-2").mkdir(parents=True)
+    mark_complete(run / "answers" / "checkpoint-2", 2)
+    runs.mark_stopped(run, KeyboardInterrupt())
+    assert runs.read_status(run)["checkpoint"] == str(run / "answers" / "checkpoint-2")
+    runs.mark_stopped(run, RuntimeError("out of memory"))  # an error, not a stop: failed, the checkpoint named
+    assert runs.read_status(run)["status"] == "failed"
+
+
 def test_a_start_that_fails_before_training_is_recorded_as_failed(tiny_model_dir, tmp_path, monkeypatch):
     def unreachable(*args, **kwargs):
         raise OSError("the hub cannot be reached")

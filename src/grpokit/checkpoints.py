@@ -5,7 +5,9 @@ like a checkpoint. grpokit writes a marker (`grpokit-complete.json`, atomically,
 save and resumes only from marked checkpoints.
 
 A first SIGINT or SIGTERM asks the trainer to save a checkpoint at the end of the current step and
-stop; `grpokit train RECIPE --resume RUN` continues from it. A second signal aborts at once.
+stop; `grpokit train RECIPE --resume RUN` continues from it. A second signal aborts at once. Every stage
+saves into its own folder (`RUN/<stage>/checkpoint-N`), sft and grpo alike, and a run resumes from the
+one it stopped in, whatever its name (`resume_checkpoint`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 MARKER = "grpokit-complete.json"
+STAGES_FILE = "stages.json"  # the finished stages, one row each, as `grpokit.train` writes them
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -54,11 +57,34 @@ def checkpoint_step(path: Path) -> int:
     return int(_CHECKPOINT.match(path.name).group(1))
 
 
+def finished_stages(run_dir: Path) -> set[str]:
+    """The names of the stages `run_dir` finished (its stages.json rows; `before` among them once evaluated)."""
+    try:
+        rows = json.loads((run_dir / STAGES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {row["name"] for row in rows if isinstance(row, dict) and isinstance(row.get("name"), str)}
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of the stage the run stopped in, or None when it has none.
+
+    That stage is the one whose folder holds checkpoints and stages.json does not list as finished
+    (stages run in order, so there is at most one): a warm-up `sft` stage as much as one named `grpo`.
+    Finished stages keep their checkpoints, which a resume never continues.
+    """
+    finished = finished_stages(run_dir)
+    stages = [p for p in run_dir.iterdir() if p.is_dir() and p.name not in finished] if run_dir.is_dir() else []
+    last = [found[-1] for found in map(complete_checkpoints, stages) if found]  # each stage's highest step
+    return max(last, key=lambda path: (path / MARKER).stat().st_mtime_ns, default=None)
+
+
 def latest_resumable_run(base: Path) -> Path | None:
-    """The newest run directory under `base` that did not fail and holds a complete GRPO checkpoint."""
+    """The newest run directory under `base` that did not fail and can continue a stage from a complete
+    checkpoint (`resume_checkpoint`), whichever stage that is."""
     from grpokit.runs import newest
 
-    return newest(base, lambda run: bool(complete_checkpoints(run / "grpo")))
+    return newest(base, lambda run: resume_checkpoint(run) is not None)
 
 
 def truncate_metrics(path: Path, stage: str, after_step: int) -> int:

@@ -1,9 +1,11 @@
 """Score saved or generated completions with the isolation training gives rewards: a deadline, errors counted.
 
 Training wraps every reward in `rewards.to_trl`: a reward that raises, returns NaN, or runs past its
-timeout scores 0 and is counted instead of ending or blocking the run. Evaluation (`task.score`) and
-the report (each reward, rescored from saved completions) call the same code outside the trainer, so
-they go through `Guarded`: the same `Deadline` worker thread, failures counted and kept for display.
+timeout is counted instead of ending or blocking the run, and a timeout the completion caused scores 0
+(a wrong answer). Evaluation (`task.score`) and the report (each reward, rescored from saved
+completions) call the same code outside the trainer, so they go through `Guarded`: the same `Deadline`
+(a thread per call that ends with it), the same 0 for such a timeout, failures counted and kept for
+display.
 After `give_up_after` timeouts a scorer is not called again (each call would cost the whole timeout);
 the remaining completions count as errors, so a reward that never returns delays a report by its
 timeout, not forever.
@@ -22,7 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from grpokit.rewards import DEFAULT_TIMEOUT_S, Deadline
+from grpokit.rewards import DEFAULT_TIMEOUT_S, Deadline, is_completion_timeout
 
 
 class Guarded:
@@ -44,7 +46,9 @@ class Guarded:
         return self.timeouts >= self.give_up_after
 
     def __call__(self, text: str, row: dict[str, Any]) -> float | None:
-        """The score, or None when the scorer failed (raised, returned NaN/inf, timed out, or was given up on)."""
+        """The score; 0.0 when the completion ran the scorer past its timeout (a wrong answer, as in training);
+        None when the scorer failed (raised, returned NaN/inf, timed out while an earlier call still overran,
+        or was given up on). Timeouts count in `errors` too."""
         if self.gave_up:
             self.errors += 1
             return None
@@ -58,7 +62,7 @@ class Guarded:
             self.timeouts += isinstance(err, TimeoutError)
             if self.first_error is None:
                 self.first_error = f"{type(err).__name__}: {err}"[:300]
-            return None
+            return 0.0 if is_completion_timeout(err) else None
 
     def summary(self) -> str | None:
         """One sentence for a log or a report, or None when every call succeeded."""

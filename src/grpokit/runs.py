@@ -72,11 +72,12 @@ def mark_finished(run_dir: Path) -> None:
 
 
 def mark_stopped(run_dir: Path, err: BaseException) -> None:
-    """Called with the exception that ended a run: interrupted when a checkpoint lets it resume, else failed."""
-    from grpokit.checkpoints import TrainingInterrupted, complete_checkpoints
+    """Called with the exception that ended a run: interrupted when a checkpoint of the stage it stopped in
+    (any stage: `checkpoints.resume_checkpoint`) lets it resume, else failed."""
+    from grpokit.checkpoints import TrainingInterrupted, resume_checkpoint
 
-    found = complete_checkpoints(run_dir / "grpo")
-    checkpoint = str(found[-1]) if found else None
+    found = resume_checkpoint(run_dir)
+    checkpoint = str(found) if found else None
     resumable = checkpoint is not None and (
         isinstance(err, TrainingInterrupted | KeyboardInterrupt) or getattr(err, "kept", None) is not None
     )

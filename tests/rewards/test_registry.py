@@ -92,8 +92,9 @@ def test_a_hanging_reward_is_cut_off_and_the_next_sample_is_scored():
         return 1.0
 
     trl_reward = to_trl("slow", sometimes_hangs, timeout=0.2)
-    # Had the adapter waited for the stuck call, it would have scored 1.0 (after 30 s).
-    assert trl_reward([""] * 3, ["ok", "hang", "ok"]) == [1.0, None, 1.0]
+    # Had the adapter waited for the stuck call, it would have scored 1.0 (after 30 s). The stall is the
+    # completion's doing, so it is a wrong answer (0), not a failure left out of its group (issue 52 item 7).
+    assert trl_reward([""] * 3, ["ok", "hang", "ok"]) == [1.0, 0.0, 1.0]
     assert trl_reward.errors == 1
     release.set()
 

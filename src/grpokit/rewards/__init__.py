@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from grpokit.parsing import THINK_TAGS, Tags, normalize_completion
 from grpokit.registry import lookup
+from grpokit.sandbox import SandboxTimeout
 from grpokit.tasks.base import Task
 
 logger = logging.getLogger(__name__)
@@ -72,16 +72,22 @@ def to_trl(
 
     A reward that raises, returns NaN or infinity, or runs past `timeout` seconds on one sample does not
     end or block the run (one +inf reward turns every weight into NaN after a step; TRL has no timeout).
-    A failure is not a wrong answer: with `on_error="exclude"` the sample scores None, and grpokit's
-    trainer leaves it out of its group's mean and std with an advantage of 0 (a verifier timeout on a
-    right answer would otherwise be pushed down); `on_error="zero"` scores it 0. Failures are counted in
-    `errors` (the trainer logs them as `rewards/<name>/errors`), and the first one is written to
-    `error_log` with its completion. With `think_prefilled`, the thought's opening tag (`tags`) goes back
-    in front of each completion before the reward reads it.
+    A timeout the completion caused (`is_completion_timeout`: the call overran alone, or the sandbox
+    killed its check) is a wrong answer and scores 0, whatever `on_error` says: a completion that stalls
+    its verifier must not escape the negative advantage an honest wrong answer gets. A failure of the
+    scoring machinery (the reward raised, returned NaN or infinity, the sandbox worker died or did not
+    start, a timeout while an earlier call still overran) is not a wrong answer: with
+    `on_error="exclude"` the sample scores None, and grpokit's trainer leaves it out of its group's mean
+    and std with an advantage of 0; `on_error="zero"` scores it 0. Both are counted in `errors` (the
+    trainer logs them as `rewards/<name>/errors`), and the first one is written to `error_log` with its
+    completion. With `think_prefilled`, the thought's opening tag (`tags`) goes back in front of each
+    completion before the reward reads it.
 
     A reward with a batch form (`reward.batch`) scores the whole batch in one call, given `timeout` per
-    sample; if that call raises, runs past its time or returns the wrong number of scores, the batch is
-    scored sample by sample as above, so a failure lands on its own sample.
+    sample and one more (room for the batch form to find its own slow item, as the sandbox does by
+    scoring a batch that timed out again item by item); if that call raises, runs past its time or
+    returns the wrong number of scores, the batch is scored sample by sample as above, so a failure
+    lands on its own sample.
     """
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error={on_error!r}; use one of {', '.join(ON_ERROR)}")
@@ -92,7 +98,7 @@ def to_trl(
     def call_batch(texts: list[str], rows: list[dict[str, Any]]) -> list[float]:
         if batch_deadline is None:
             return batch(texts, rows)
-        return batch_deadline(texts, rows, timeout=timeout * max(len(texts), 1))
+        return batch_deadline(texts, rows, timeout=timeout * (len(texts) + 1))
 
     def trl_reward(prompts: list, completions: list, **columns: Any) -> list[float]:
         rows = [
@@ -108,14 +114,15 @@ def to_trl(
                 if not math.isfinite(value):
                     raise ValueError(f"returned {value}")
             except Exception as err:
-                value = None if on_error == "exclude" else 0.0
+                timed_out = is_completion_timeout(err)
+                value = 0.0 if timed_out or on_error == "zero" else None
                 trl_reward.errors += 1
                 _record_error(error_log, name, err, text)
             scores.append(value)
         return scores
 
     trl_reward.__name__ = name
-    trl_reward.errors = 0  # failures since the trainer last read them
+    trl_reward.errors = 0  # failures and timeouts since the trainer last read them
     trl_reward.excludes_failures = on_error == "exclude"  # the trainer leaves a failed sample out of its group
     return trl_reward
 
@@ -134,43 +141,71 @@ def _score_batch(name: str, call_batch: Callable, texts: list[str], rows: list[d
         return None
 
 
-class Deadline:
-    """Call a reward in a daemon worker thread and give up after `timeout` seconds (or the call's own).
+class CompletionTimeoutError(TimeoutError):
+    """A reward call ran past its time on its own: nothing else overran meanwhile, so the completion it
+    scored caused it. Scored 0, a wrong answer: a completion that stalls its verifier must not escape the
+    negative advantage an honest wrong answer gets."""
 
-    Python cannot kill a thread: a call that overruns is abandoned (its thread is a daemon, so it never
-    blocks the process from exiting) and a fresh worker takes the next call.
+
+_overrunning: set[threading.Thread] = set()  # abandoned calls still running, from every Deadline
+_overrunning_lock = threading.Lock()
+
+
+def _still_overrunning() -> bool:
+    with _overrunning_lock:
+        _overrunning.difference_update([t for t in _overrunning if not t.is_alive()])
+        return bool(_overrunning)
+
+
+def is_completion_timeout(err: BaseException) -> bool:
+    """Whether `err` is a timeout the scored completion caused (a wrong answer), not a failure of the
+    scoring machinery: a `Deadline` call that overran alone, or a sandbox call whose child was killed at
+    its timeout (`SandboxTimeout`)."""
+    return isinstance(err, CompletionTimeoutError | SandboxTimeout)
+
+
+class Deadline:
+    """Call a reward in a thread of its own and stop waiting after `timeout` seconds (or the call's own).
+
+    Each call runs in a fresh daemon thread that ends when the reward returns: no thread outlives its
+    call, and none waits idle between calls. Python cannot stop a thread, so a call that overruns is
+    abandoned and runs on to its end (a verifier that may never return belongs in the sandbox, whose
+    children are killed). While an abandoned call still runs it may hold what the next call needs (the
+    sandbox, the CPU), so a timeout then is not laid on the completion: it raises a plain `TimeoutError`
+    (a failure), and a timeout with nothing else overrunning raises `CompletionTimeoutError`.
     """
 
     def __init__(self, reward: Reward, timeout: float) -> None:
         self.reward, self.timeout = reward, timeout
         self.abandoned = 0
-        self._start()
-
-    def _start(self) -> None:
-        self._requests: queue.Queue = queue.Queue()
-        self._replies: queue.Queue = queue.Queue()
-        threading.Thread(target=self._serve, args=(self._requests, self._replies), daemon=True).start()
-
-    def _serve(self, requests: queue.Queue, replies: queue.Queue) -> None:
-        while True:
-            args = requests.get()
-            try:
-                replies.put((True, self.reward(*args)))
-            except BaseException as err:  # handed back to the caller's thread
-                replies.put((False, err))
 
     def __call__(self, *args: Any, timeout: float | None = None) -> Any:
         timeout = timeout or self.timeout
-        self._requests.put(args)
-        try:
-            ok, value = self._replies.get(timeout=timeout)
-        except queue.Empty:
+        crowded = _still_overrunning()
+        outcome: list[tuple[bool, Any]] = []
+        thread = threading.Thread(target=self._run, args=(args, outcome), name="grpokit-reward", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
             self.abandoned += 1
-            self._start()
-            raise TimeoutError(f"took longer than {timeout:g} s (rewards[*].timeout)") from None
+            with _overrunning_lock:
+                _overrunning.add(thread)
+            if crowded:
+                raise TimeoutError(
+                    f"took longer than {timeout:g} s while an earlier call that overran was still running "
+                    "(rewards[*].timeout)"
+                )
+            raise CompletionTimeoutError(f"took longer than {timeout:g} s (rewards[*].timeout)")
+        ok, value = outcome[0]
         if not ok:
             raise value
         return value
+
+    def _run(self, args: tuple, outcome: list) -> None:
+        try:
+            outcome.append((True, self.reward(*args)))
+        except BaseException as err:  # handed back to the caller's thread
+            outcome.append((False, err))
 
 
 _recorded: set[tuple[str, str]] = set()
