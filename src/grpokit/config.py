@@ -132,10 +132,11 @@ class RewardSpec:
     name: str
     weight: float = 1.0
     params: dict[str, Any] = field(default_factory=dict)
-    # Seconds one sample may take; past it the call fails and counts as an error (0: no limit).
+    # Seconds one sample may take (0: no limit). A completion whose scoring runs past it scores 0, a wrong
+    # answer, whatever on_error says: a slow answer must not beat an honest wrong one.
     timeout: float = 10.0
-    # A failed call (error, timeout, NaN): "exclude" leaves the sample out of its group's statistics
-    # with advantage 0 (a failure is not a wrong answer); "zero" scores it 0.
+    # A failure of the scoring machinery (an error, NaN or inf, a dead sandbox worker): "exclude" leaves the
+    # sample out of its group's statistics with advantage 0 (a failure is not a wrong answer); "zero" scores it 0.
     on_error: str = "exclude"
     adaptive: AdaptiveSection | None = None  # None: the weight stays fixed
 
