@@ -11,7 +11,9 @@ promise whatever the real parser makes of the text, the reader here takes the la
 - the size of a value is the log10 of its height (the larger of |numerator| and denominator), so
   `0.001` counts like 1000; a symbol counts like 10; sums and products add heights;
 - a power, factorial, Gamma, binomial or `\\exp` is bounded from its operands' bounds; an expanded
-  symbolic power is bounded by its count of terms (`(a + b)^n` has n + 1).
+  symbolic power is bounded by its count of terms (`(a + b)^n` has n + 1); a power whose exponent
+  holds a symbol or an irrational (`e^{x^2}`, `2^{\\pi}`) is never computed exactly, so only its base
+  is bounded.
 
 >>> size_refusal("2^{2023} + \\\\frac{1}{2}") is None, size_refusal("2^{999!}")
 (True, 'a power too large to compute')
@@ -107,6 +109,8 @@ def _multiply(a: Size, b: Size) -> Size:
 
 
 def _power(base: Size, exponent: Size) -> Size:
+    if exponent.symbolic:  # `e^{x^8}`, `2^{\\pi}`: kept symbolic (or floated), never computed exactly
+        return Size(max(base.log10, 1.0), base.terms, True)
     times = _power_of_ten(exponent.log10)  # |exponent| is at most its height
     log10 = times * base.log10 if base.log10 > 0 else 0.0
     terms = 0.0
