@@ -70,6 +70,10 @@ def encodings(code: str) -> dict[str, str]:
 
 
 RESOURCE_HOGS = ["9**9**9**9", "10^{10^{10^{10}}}", "(" * 300 + "1" + ")" * 300, "[0] * 10**10", "x" * 999]
+# issue 53's bombs, each about 3 s or a whole timeout before the size bound: screened now, never run
+RESOURCE_HOGS += ["2^{999 \\cdot 999 \\cdot 999}", "2^{999!}", "(9^{99})!", "\\Gamma(10^{99})"]
+RESOURCE_HOGS += ["\\binom{10^{99}}{10^{98}}", "\\operatorname{eye}(20000)"]
+RESOURCE_HOGS += ["3**(999*999*999)", "9**(9*9*9*9*9*9*9*9*9)"]
 
 
 def children_of(pid: int) -> set[int]:

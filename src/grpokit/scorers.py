@@ -4,11 +4,14 @@ A screen is cheap and runs twice: in the trainer before a request is sent, and i
 the verifier is called, so model text reaches sympy's `parse_expr` (Python `eval`) or a
 reasoning-gym `eval` only after passing the screen written for that verifier's language:
 
-- `math_refusal`: LaTeX or plain math for math-verify. No quotes, dunders, attribute access or
-  Python keywords; a name may be called only if it is a math function. Constructs that hedge or cost
-  (relations, `\\pm`, `\\approx`, "or", chained or huge powers) pass only when the gold uses them too.
+- `math_refusal`: LaTeX or plain math for math-verify, as `grpokit.math_notation` reads it. No
+  quotes (primes are not quotes), dunders, attribute access or Python keywords outside `\\text{}`; a
+  name may be called only if it is a math function; no value too costly to compute
+  (`grpokit.size_bounds`). Constructs that hedge or cost (relations, `\\pm`, `\\approx`, "or", sums,
+  integrals) pass only when the gold uses them too; text equal to the gold always passes.
 - `sympy_refusal`: sympy expressions (reasoning-gym's puzzle24, polynomial and integration scorers):
-  digits, operators, one-letter symbols and a list of math functions, nothing else.
+  digits, operators, one-letter symbols and a list of math functions, nothing else, and no value too
+  costly to compute.
 - `literal_refusal`: Python literals (reasoning-gym scorers that `eval` a list): the answer must be a
   literal, or not parse as Python at all (then `eval` raises before running anything).
 
@@ -28,24 +31,32 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from grpokit.math_notation import MATH_UNICODE, read_math
+from grpokit.size_bounds import size_refusal
+
 MAX_ANSWER_CHARS = 1000  # a final answer longer than this is not an answer
 MATH_TIMEOUT_S = 3  # math-verify's own budget per parse/verify, inside the worker
 MAX_LITERAL_NODES = 5000
 
 _MATH_FUNCTIONS = frozenset(
-    ("sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "asin", "acos", "atan", "sinh", "cosh",
-     "tanh", "log", "ln", "lg", "exp", "sqrt", "abs", "gcd", "lcm", "min", "max", "floor", "ceil", "det", "binom")
+    ("sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "arccot", "arcsec", "arccsc", "asin",
+     "acos", "atan", "acot", "asec", "acsc", "sinh", "cosh", "tanh", "coth", "sech", "csch", "arsinh", "arcosh",
+     "artanh", "arcsinh", "arccosh", "arctanh", "asinh", "acosh", "atanh", "log", "ln", "lg", "exp", "sqrt", "abs",
+     "sgn", "sign", "gcd", "lcm", "min", "max", "floor", "ceil", "det", "binom", "mod", "arg", "re", "im")
 )  # fmt: skip
-_MATH_UNICODE = set("π√∞°×÷·−")
 _NAME = re.compile(r"(?<![\\A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*")
-# Gold-aware: present in an answer, these pass only when the gold has them too.
-_GUARDED = (
-    re.compile(r"\\(?:leq?|geq?|leqslant|geqslant|lt|gt|neq?|approx|sim|simeq|pm|mp)(?![A-Za-z])"),
-    re.compile(r"[<>±≈≤≥≠]"),
-    re.compile(r"(\*\*|\^)[\s({]*[\w.]+[\s)}]*(\*\*|\^)"),  # a power tower
-    re.compile(r"(\*\*|\^)[\s({]*\d{4,}"),  # a power with a 4-digit exponent
-    re.compile(r"\d{4,}\s*!"),  # a huge factorial
-)
+_TEXT = re.compile(r"\\(?:text|textrm|textbf|textit|mathrm|mbox)\s*\{[^{}]*\}")
+_HEDGE_WORDS = ("or", "and", "not", "if", "else")
+# Gold-aware: present in an answer, each family passes only when the gold has one of its members too.
+_GUARDED = {
+    "an inequality": re.compile(r"\\(?:leq?|geq?|leqslant|geqslant|lt|gt|nleq|ngeq)(?![A-Za-z])|[<>≤≥]"),
+    "a hedge or relation the gold does not use": re.compile(
+        r"\\(?:neq?|approx|sim|simeq|cong|equiv|pm|mp)(?![A-Za-z])|!=|[±∓≈≠]"
+    ),
+    "a sum, product, integral, limit, derivative or determinant the gold does not use": re.compile(
+        r"\\(?:sum|prod|int|iint|iiint|oint|lim|det|partial)(?![A-Za-z])|\\d?frac\s*\{\s*d"
+    ),
+}
 
 
 def unsafe(answer: str) -> bool:
@@ -57,29 +68,65 @@ def unsafe(answer: str) -> bool:
     return len(answer) > MAX_ANSWER_CHARS or "__" in answer or any(q in answer for q in "'\"`")
 
 
+def _squeezed(text: str) -> str:
+    return " ".join(text.split())
+
+
 def math_refusal(answer: str, gold: str) -> str | None:
-    """Why math-verify must not see `answer` for this gold, or None when it may."""
+    """Why math-verify must not see `answer` for this gold, or None when it may.
+
+    The answer is screened as `read_math` rewrites it (what math-verify is given). Text equal to the
+    gold (blanks aside) always passes: math-verify has already read the gold itself. Otherwise: no
+    quotes (a prime `f'` is not one), dunders, comments, attributes, statements or Python keywords
+    (`\\text{...}` holds words), a call only to a math function, and no value too costly to compute
+    (`grpokit.size_bounds`); relations, hedges and sums or integrals pass only when the gold has them.
+    """
     if not answer.strip():
         return "empty"
-    if unsafe(answer):
+    if _squeezed(answer) == _squeezed(gold):
+        return None
+    if len(answer) > MAX_ANSWER_CHARS or "__" in answer or re.search(r"[\"`]|(?<![A-Za-z0-9)}\]'])'", answer):
         return "too long, a dunder name or a quote"
-    odd = {c for c in answer if not (" " <= c <= "~" or c in "\t\n") and c not in _MATH_UNICODE}
+    odd = {c for c in answer if not (" " <= c <= "~" or c in "\t\n") and c not in MATH_UNICODE}
     if odd:
         return f"characters outside ASCII math: {''.join(sorted(odd))[:10]!r}"
-    if re.search(r"[;#@]|:=|\.\s*[A-Za-z_]", answer):
+    text, gold_text = read_math(answer), read_math(gold)
+    code = _TEXT.sub(" ", text)  # what \\text{...} holds is words: only its hedge words are read
+    if re.search(r"(?<!\\)[#@]|:=|\.\s*[A-Za-z_]", code) or _top_level_semicolon(code):
         return "a statement, comment or attribute"
-    for match in _NAME.finditer(answer):
+    for word in re.findall(r"[A-Za-z]+", " ".join(_TEXT.findall(text))):
+        if word.lower() in _HEDGE_WORDS and not re.search(rf"(?<![A-Za-z]){word}(?![A-Za-z])", gold_text):
+            return f"the word {word!r}"
+    for match in _NAME.finditer(code):
         name = match.group()
-        if keyword.iskeyword(name) and not re.search(rf"(?<![A-Za-z]){name}(?![A-Za-z])", gold):
+        if keyword.iskeyword(name) and not re.search(rf"(?<![A-Za-z]){name}(?![A-Za-z])", gold_text):
             return f"the word {name!r}"
-        followed_by_call = answer[match.end() :].lstrip().startswith("(")
-        if followed_by_call and len(name) > 1 and name.lower() not in _MATH_FUNCTIONS:
+        followed_by_call = code[match.end() :].lstrip().startswith("(")
+        function = name.split("_")[0].lower()
+        if followed_by_call and len(name) > 1 and function not in _MATH_FUNCTIONS:
             return f"a call to {name!r}"
-    for pattern in _GUARDED:
-        found = pattern.search(answer)
-        if found and not pattern.search(gold):
-            return f"a hedge or relation the gold does not use: {found.group().strip()}"
-    return None
+    for operator in re.findall(r"\\operatorname\*?\s*\{\s*([^{}]*?)\s*\}", text):
+        if operator.lower() not in _MATH_FUNCTIONS:
+            return f"the operator {operator!r} (matrix constructors and unknown operators are refused)"
+    for reason, pattern in _GUARDED.items():
+        found = pattern.search(text)
+        if found and not pattern.search(gold_text):
+            return f"{reason}: {found.group().strip()}"
+    return size_refusal(text)
+
+
+def _top_level_semicolon(text: str) -> bool:
+    """A `;` outside brackets separates statements or alternatives; inside, `(1;2)`, it is a pair."""
+    depth = 0
+    for char in text:
+        depth += (char in "([{") - (char in ")]}")
+        if char == ";" and depth <= 0:
+            return True
+    return False
+
+
+_TOWER = re.compile(r"(\*\*|\^)[\s({]*[\w.]+[\s)}]*(\*\*|\^)")  # a power tower
+_BIG_EXPONENT = re.compile(r"(\*\*|\^)[\s({]*\d{4,}")  # a power with a 4-digit exponent
 
 
 def sympy_refusal(answer: str) -> str | None:
@@ -91,9 +138,9 @@ def sympy_refusal(answer: str) -> str | None:
     for name in _NAME.findall(answer):
         if len(name) > 1 and name not in _MATH_FUNCTIONS | {"pi", "oo", "Abs"}:
             return f"the name {name!r}"
-    if _GUARDED[2].search(answer) or _GUARDED[3].search(answer):
+    if _TOWER.search(answer) or _BIG_EXPONENT.search(answer):
         return "a power tower or a huge exponent"
-    return None
+    return size_refusal(answer)
 
 
 def literal_refusal(answer: str) -> str | None:
@@ -115,8 +162,9 @@ def literal_refusal(answer: str) -> str | None:
 
 
 def _latex(text: str) -> str:
-    """Math-verify reads LaTeX between delimiters: bare answers and golds get `$...$`."""
-    return text if re.search(r"\$|\\\(|\\\[|\\boxed", text) else f"${text}$"
+    """Math-verify reads LaTeX between delimiters: bare answers and golds get `$...$` (an escaped
+    dollar, `\\$18`, is an amount, not a delimiter)."""
+    return text if re.search(r"(?<!\\)\$|\\\(|\\\[|\\boxed", text) else f"${text}$"
 
 
 def _parse(text: str) -> list:
@@ -124,7 +172,7 @@ def _parse(text: str) -> list:
 
     # One call, LaTeX first then plain expressions: a bare number is never read out of LaTeX.
     config = [LatexExtractionConfig(), ExprExtractionConfig()]
-    return parse(_latex(text), extraction_config=config, parsing_timeout=MATH_TIMEOUT_S)
+    return parse(_latex(read_math(text)), extraction_config=config, parsing_timeout=MATH_TIMEOUT_S)
 
 
 @lru_cache(maxsize=65536)

@@ -157,6 +157,17 @@ def test_score(task, completion, score):
     assert task.score(completion, ROW) == score
 
 
+def test_a_right_answer_of_any_length_scores_one(task):
+    """Operands up to a million over eight terms give 48-digit answers; an answer is never too long."""
+    big = {"question": "?", "answer": -(7 * 10**47 + 3)}
+    right = str(big["answer"])
+    assert len(right.lstrip("-")) == 48
+    assert task.score(f"<think>x</think><answer>{right}</answer>", big) == 1.0
+    assert task.score(f"<think>x</think><answer>-0{right[1:]}</answer>", big) == 1.0  # leading zero, as int() reads
+    assert task.score(f"<think>x</think><answer>{right[1:]}</answer>", big) == 0.0
+    assert task.score("<think>x</think><answer>" + "7" * 10_000 + "</answer>", big) == 0.0  # read, not raised on
+
+
 @pytest.mark.parametrize(
     "params",
     [

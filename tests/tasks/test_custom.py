@@ -59,6 +59,18 @@ def test_csv_with_exact_checker(tmp_path):
         ("nan", "nan", False),
         ("1/0", "1/0", False),
         ("9" * 100, "9" * 100, False),
+        # the forms a right answer takes: bare decimal points, a unicode minus, spaced and signed fractions
+        (".5", "0.5", True),
+        ("5.", "5", True),
+        ("\u22125", "-5", True),
+        ("1 / 2", "0.5", True),
+        ("-1/-2", "1/2", True),
+        ("\\frac{1}{2}", "0.5", True),
+        ("-\\frac{3}{4}", "-0.75", True),
+        ("\\frac{1}{2}", "1/3", False),
+        ("\\frac{a}{2}", "0.5", False),
+        (".", "0", False),
+        ("1/2/3", "1/6", False),
     ],
 )
 def test_numeric_checker(answer, gold, ok):

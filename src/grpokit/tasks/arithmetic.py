@@ -26,7 +26,7 @@ from grpokit.tasks.base import Example, Task, check_fractions, check_split, spli
 OPERATORS = ("+", "-", "*")
 SPLIT_SUMS = ("none", "carries", "all", "any")
 _MAX_DRAWS = 1000  # a split of a tiny problem space may be empty: fail instead of spinning
-_INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only: int() would also accept '３' or '٣'
+_INTEGER = re.compile(r"-?[0-9]{1,10000}")  # ASCII digits only (int() also reads "３"), any length a right answer has
 
 
 @dataclass
@@ -125,7 +125,10 @@ class ArithmeticTask(Task):
         answer = extract_answer(completion, tags=self.tags)
         if answer is None or not _INTEGER.fullmatch(answer):
             return 0.0
-        return 1.0 if int(answer) == int(example["answer"]) else 0.0
+        # Compared as text: int() refuses strings past 4,300 digits, and a right answer may be long.
+        sign, digits = ("-", answer[1:]) if answer.startswith("-") else ("", answer)
+        digits = digits.lstrip("0") or "0"
+        return 1.0 if (sign if digits != "0" else "") + digits == str(int(example["answer"])) else 0.0
 
     def adversarial(self, example: Example) -> list[tuple[str, str]]:
         answer = example["answer"]

@@ -3,7 +3,8 @@
     task: {name: custom, params: {path: data/qa.jsonl, question_column: q, answer_column: a, checker: numeric}}
 
 Checkers: `exact` (whitespace-normalised string equality), `numeric` (exact rational comparison of
-integers, decimals or fractions like `3/4`; commas as thousands separators allowed) and `math`
+integers, decimals (`.5`, `5.`) or fractions (`3/4`, `1 / 2`, `-1/-2`, `\\frac{1}{2}`); blanks ignored, a
+unicode minus read as a minus, commas as thousands separators allowed) and `math`
 (math-verify: `\\frac{1}{2}`, `0.5` and `1/2` agree; the gold is read as LaTeX, run in the sandbox). A bad file fails
 when the recipe loads, naming the file, the row and the column.
 
@@ -27,7 +28,9 @@ from grpokit.tasks.base import Example, Task, check_fractions, check_split, part
 from grpokit.tasks.math_problems import math_score
 
 CHECKERS = ("exact", "numeric", "math")
-_NUMBER = re.compile(r"[-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:/[0-9]+)?")
+_DECIMAL = r"[-+]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: `5.`, `.5`, `1,000`
+_NUMBER = re.compile(rf"(?P<top>{_DECIMAL})(?:/(?P<bottom>{_DECIMAL}))?")
+_LATEX_FRACTION = re.compile(r"(?P<sign>[-+]?)\\[dt]?frac\{(?P<top>[^{}]*)\}\{(?P<bottom>[^{}]*)\}")
 
 
 @dataclass
@@ -94,11 +97,22 @@ class CustomTask(Task):
 
 
 def _number(text: str) -> Fraction | None:
-    text = text.strip()
-    if len(text) > 64 or not _NUMBER.fullmatch(text):
+    """An integer, decimal or fraction (`3/4`, `-1/-2`, `\\frac{1}{2}`), read exactly; None otherwise.
+    Blanks around `/` and inside `\\frac`'s braces are ignored (not between digits: `4 2` is no number),
+    and a unicode minus is a minus."""
+    text = re.sub(r"\s*([/{}])\s*", r"\1", text.strip().replace("\u2212", "-"))
+    if len(text) > 64:
+        return None
+    latex = _LATEX_FRACTION.fullmatch(text)
+    if latex:  # its braces hold no braces: this reads plain numbers only
+        value = _number(f"{latex['top']}/{latex['bottom']}")
+        return -value if value is not None and latex["sign"] == "-" else value
+    match = _NUMBER.fullmatch(text)
+    if not match:
         return None
     try:
-        return Fraction(text.replace(",", ""))
+        value = Fraction(match["top"].replace(",", ""))
+        return value / Fraction(match["bottom"].replace(",", "")) if match["bottom"] else value
     except (ValueError, ZeroDivisionError):
         return None
 
