@@ -79,8 +79,11 @@ RESOURCE_HOGS += ["3**(999*999*999)", "9**(9*9*9*9*9*9*9*9*9)"]
 def children_of(pid: int) -> set[int]:
     out = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        with open(task / "children") as f:
-            out |= {int(p) for p in f.read().split()}
+        try:
+            with open(task / "children") as f:
+                out |= {int(p) for p in f.read().split()}
+        except FileNotFoundError:  # a thread that ended meanwhile (each reward call runs in its own)
+            continue
     return out
 
 
