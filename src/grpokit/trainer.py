@@ -41,12 +41,14 @@ from grpokit.schedules import (
     AdaptiveWeights,
     Curriculum,
     Replay,
+    batch_rewards,
     extra_prompt_rows,
     failing_groups,
     fill_batch,
     group_advantages,
     informative_groups,
     max_variance_rows,
+    uniform_groups,
 )
 from grpokit.tasks.base import tokenize_prompts
 
@@ -112,6 +114,7 @@ class GrpoTrainer(GRPOTrainer):
         if self.downsample_to and self.accelerator.num_processes > 1:
             raise ValueError("dynamic_sampling.downsample_to runs in one process; leave it out to train on several")
         self._row_rewards: torch.Tensor | None = None  # the last scored batch's summed reward per row
+        self._decided_rewards: torch.Tensor | None = None  # [B, K] of all processes: which groups are uniform
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -437,10 +440,15 @@ class GrpoTrainer(GRPOTrainer):
             rewards_per_func[failed] = torch.nan
         if self.retry and self.retry_reward in self.reward_func_names:
             self._row_success = rewards_per_func[:, self.reward_func_names.index(self.retry_reward)].clone()
-        if self.downsample_to:  # TRL's summed reward (sum_then_normalize), which down-sampling selects on
-            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-            self._row_rewards = (rewards_per_func * weights).nansum(dim=1)
-            self._row_rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        summed = (rewards_per_func * weights).nansum(dim=1)  # [B] TRL's summed reward (sum_then_normalize)
+        summed[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        # What decides whether a group is uniform (`_score`): the reward TRL normalises per group, or with
+        # normalize_then_sum each reward apart (each is normalised within its group first).
+        per_func = self.multi_objective_aggregation == "normalize_then_sum"
+        self._decided_rewards = (rewards_per_func * weights if per_func else summed.unsqueeze(1)).clone()  # [B, K]
+        if self.downsample_to:  # down-sampling selects on the summed reward
+            self._row_rewards = summed
         mode = "train" if self.model.training else "eval"
         for name, share in groups_all_failing(rewards_per_func, self.num_generations, self.reward_func_names).items():
             self._metrics[mode][f"rewards/{name}/groups_all_fail"].append(share)
@@ -549,7 +557,7 @@ class GrpoTrainer(GRPOTrainer):
         memory.trim()  # the rollout's freed caches leave before the training pass's activations arrive
         if not (self.skip_zero_advantage and training):
             return batch
-        mask = keep_mask(batch)
+        mask = keep_mask(batch, self._group_rows)
         if self.accelerator.num_processes > 1:
             # TRL gathers per-row tensors across ranks in its loss (clip ratios): every rank must keep the
             # same number of rows. Ranks with fewer informative rows keep extra zero-advantage rows,
@@ -566,6 +574,7 @@ class GrpoTrainer(GRPOTrainer):
             self.prompts_seen.extend(str(x.get("prompt", "")) for x in inputs if isinstance(x, dict))
         batch = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
+        self._zero_uniform_groups(batch, mode)
         sampled = batch.get("sampling_per_token_logps")
         if mode == "train" and self.sampler_logprobs and sampled is not None and "old_per_token_logps" not in batch:
             # The PPO ratio against the model that drew the tokens: pi_theta / pi_sampler, clipped to
@@ -579,6 +588,25 @@ class GrpoTrainer(GRPOTrainer):
         if mode == "train" and self.downsample_to:
             batch = self._downsample(batch)
         return batch
+
+    def _zero_uniform_groups(self, batch: dict[str, Any], mode: str) -> None:
+        """The batch's rewards (`rewards`, [B, K]: what decides uniform groups downstream) and exactly zero
+        advantage for every row of a group whose rewards are all equal (`schedules.uniform_groups`): TRL's
+        float rounding leaves such rows a small advantage of one sign (eight rewards of 0.8333: -6e-4 each),
+        which would keep the group in training, out of retries and dynamic sampling's count, and out of
+        `frac_reward_zero_std` (logged here as the share of uniform groups, which the health warning reads)."""
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards, self._decided_rewards = self._decided_rewards, None
+        if rewards is None:
+            return
+        advantages = batch["advantages"]
+        start = self.accelerator.process_index * advantages.numel()
+        uniform = uniform_groups(rewards, group)  # [all processes' groups]
+        rows = uniform.repeat_interleave(group)[start : start + advantages.numel()].to(advantages.device)  # [B]
+        batch["advantages"] = advantages.masked_fill(rows, 0.0)
+        batch["rewards"] = rewards[start : start + advantages.numel()].to(advantages.device)
+        if self._metrics[mode].get("frac_reward_zero_std"):
+            self._metrics[mode]["frac_reward_zero_std"][-1] = uniform.float().mean().item()
 
     @property
     def _group_rows(self) -> int:
@@ -658,11 +686,11 @@ class GrpoTrainer(GRPOTrainer):
         def queue(rows, tries, retries, scored, success: torch.Tensor | None) -> int:
             if self.replay is None and not self.retry:  # nothing to queue or count
                 return 0
-            useful = informative_groups(scored["advantages"], kept).tolist()
+            useful = informative_groups(batch_rewards(scored), kept).tolist()
             if self.replay is not None:
                 found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
             if self.retry and success is not None:
-                lost = failing_groups(scored["advantages"], success, kept).tolist()
+                lost = failing_groups(batch_rewards(scored), success, kept).tolist()
                 failed.extend((row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < self.retry)
             return sum(useful)
 
@@ -862,9 +890,17 @@ def skipping_is_exact(args: Any, router_aux_loss: bool = False) -> bool:
     )
 
 
-def keep_mask(batch: dict[str, Any]) -> torch.Tensor:
-    """Rows with a non-zero advantage; at least one row, so the step still has an input (its gradient is 0)."""
+def keep_mask(batch: dict[str, Any], group: int | None = None) -> torch.Tensor:
+    """Rows of groups whose rewards differ (`batch_rewards`, groups of `group` rows; every group when
+    `group` is None) that have a non-zero advantage; at least one row, so the step still has an input (its
+    gradient is 0).
+
+    >>> keep_mask({"advantages": torch.tensor([-6e-4, -6e-4, 1.0, -1.0]), "rewards": torch.tensor([0.8, 0.8, 1, 0])}, 2)
+    tensor([False, False,  True,  True])
+    """
     mask = batch["advantages"] != 0  # [B]
+    if group is not None:
+        mask = mask & informative_groups(batch_rewards(batch), group).repeat_interleave(group).to(mask.device)
     if not mask.any():
         mask[0] = True
     return mask
