@@ -353,7 +353,7 @@ class RolloutSection:
     """How GRPO samples completions on the training model (vLLM, when grpo.use_vllm is set, ignores this).
 
     engine "grpokit": each distinct prompt is prefilled once and its KV cache shared by its group,
-    finished rows leave the batch, and with `stop_at_answer` a row ends at `</answer>` (EOS appended).
+    finished rows leave the batch, and with `stop_at_answer` a row ends one drawn token after `</answer>`.
     With `merged_copy`, a LoRA policy is sampled from a copy with the adapters merged in, in the training
     precision (bf16/fp16), refreshed after every optimizer step (not under ZeRO-3 or FSDP).
     engine "trl": TRL's own `model.generate` path.

@@ -11,9 +11,11 @@ Sampling matches `generate` with `do_sample=True`: temperature, then top-k, then
 torch's global RNG; `min_new_tokens` suppresses EOS (and stop texts) until that many tokens exist.
 
 Every returned token was drawn by the model: the trainer trains each one with its row's advantage. A
-row that writes a stop text gets one more draw: an end token it draws is kept (a row that stops well
-is taught to stop), anything else is dropped and the row ends on the stop text. Appending an EOS the
-model never drew would train it too, pushing rows with a negative advantage away from stopping.
+row that writes a stop text gets one more draw, which is kept whatever it is, and the row ends there:
+the rewards read it (`</answer>` then an end token or whitespace keeps the strict format; more text
+does not), so stopping is taught by what the rewards pay. Keeping that draw only when it is an end
+token made the expected gradient at that position A * grad p(EOS) instead of 0, pushing wrong answers
+away from stopping; appending an EOS the model never drew would train it the same way.
 """
 
 from __future__ import annotations
@@ -204,12 +206,12 @@ def sample(
             step_logps = token_logps.tolist() if logprobs else None
         drawn, done = torch.stack([tokens, torch.isin(tokens, eos).long()]).tolist()
         for b, (row, token) in enumerate(zip(active, drawn, strict=True)):
-            if stopping[row] and not done[b]:  # the draw after a stop text: kept only if it ends the row
-                done[b] = True
-                continue
             produced[row].append(token)
             if step_logps is not None:
                 drawn_logps[row].append(step_logps[b])
+            if stopping[row]:  # the draw after a stop text: kept, whatever it is, and the row's last
+                done[b] = True
+                continue
             if stop_check and not stopping[row] and not done[b] and step + 1 >= settings.min_new_tokens:
                 text = tokenizer.decode(produced[row][-(tail + 2) :], skip_special_tokens=False)
                 stopping[row] = any(stop in text for stop in settings.stop_texts)
