@@ -499,3 +499,35 @@ def test_a_recipe_anneals_over_the_stage_unless_told_how_many_steps(tiny_model_d
     raw["rollout"] = {"engine": "vllm"}  # vLLM is grpo.use_vllm; the rollout section was not checked before
     with pytest.raises(RecipeError, match="rollout.engine='vllm'; use grpokit or trl"):
         build_recipe(raw)
+
+
+def test_entropy_is_logged_over_every_sampled_row_not_only_the_trained_ones(tiny_model_dir, tmp_path):
+    """A uniform group's rows are not trained (the skip), but the policy drew them: the logged `entropy`
+    (which the entropy-collapse warning reads) is the mean over every drawn token, TRL's over the trained
+    rows moves to `entropy/trained`."""
+    trainer = _trainer(tiny_model_dir, tmp_path, reward_funcs=[_uniform_first_prompt], temperature=0.7)
+    assert trainer.skip_zero_advantage
+    trainer.model.train()
+    prompts = trainer.train_dataset.select(range(2)).to_list()
+    drawn, score = [], trainer._score
+    trainer._score = lambda rows: drawn.append(score(rows)) or drawn[-1]
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions([p for p in prompts for _ in range(trainer.num_generations)])
+    (scored,) = drawn
+    assert batch["advantages"].numel() < scored["advantages"].numel()  # the uniform group was dropped
+    ids = torch.cat([scored["prompt_ids"], scored["completion_ids"]], dim=1)
+    mask = torch.cat([scored["prompt_mask"], scored["completion_mask"]], dim=1)
+    with torch.no_grad():
+        _, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, scored["completion_ids"].size(1), compute_entropy=True
+        )
+    kept = scored["completion_mask"].bool()
+    metrics = trainer._metrics["train"]
+    assert metrics["entropy"] == [pytest.approx(entropies[kept].mean().item(), abs=1e-4)]
+    trainer.current_gradient_accumulation_steps = 1  # what TRL's training step sets before the loss
+    trainer.compute_loss(trainer.model, batch)
+    assert len(metrics["entropy"]) == 1 and len(metrics["entropy/trained"]) == 1
+
+
+def _uniform_first_prompt(prompts, completions, **kwargs):  # the first prompt's group uniform, the rest by length
+    return [1.0 if p == prompts[0] else float(len(c)) for p, c in zip(prompts, completions, strict=True)]

@@ -167,13 +167,19 @@ def sample(
     pad_id: int,
     tokenizer: Any = None,
     logprobs: bool = False,
+    stats: dict[str, float] | None = None,
 ) -> list[list[int]] | tuple[list[list[int]], list[list[float]]]:
     """Sampled completion token ids, one list per prompt row: each drawn by the model, EOS included when
     the row drew it. See `finished` for whether a row ended or was cut at `max_new_tokens`.
 
     `logprobs=True` also returns, beside each token, its log-probability under the distribution it was
     drawn from (after temperature, top-k and top-p; 0.0 for greedy tokens): the sampler's own, for a
-    training pass that compares the policy against the model that really sampled (a rollout copy)."""
+    training pass that compares the policy against the model that really sampled (a rollout copy).
+
+    `stats`: a dict that `entropy_sum` and `tokens` are added to: the entropy (nats) of softmax(logits /
+    temperature) at every returned token's position, before top-k, top-p and `min_new_tokens` (the
+    entropy TRL's training pass computes), summed, and the tokens counted, so a trainer can log the
+    entropy of every row it drew, not only of the rows it trains."""
     device = next(model.parameters()).device
     distinct, counts = group_runs(prompts)
     cache_kwarg = _cache_argument(model)
@@ -195,7 +201,11 @@ def sample(
     # Host-side bookkeeping in plain lists: one device-to-host copy of the step's tokens (and end flags),
     # not one read per row, which on a GPU is a synchronisation each.
     stopping = [False] * rows  # wrote a stop text: one last draw
+    entropy_sum = torch.zeros((), dtype=torch.float64, device=device)
     for step in range(settings.max_new_tokens):
+        if stats is not None:  # every active row draws one token this step, and every drawn token is returned
+            scaled = logits / settings.temperature  # [B, V]
+            entropy_sum += (scaled.logsumexp(-1) - (scaled.softmax(-1) * scaled).sum(-1)).sum().double()
         if step < settings.min_new_tokens:
             logits[:, eos] = float("-inf")
         if settings.top_k == 1:  # greedy: each token had probability 1
@@ -223,6 +233,9 @@ def sample(
             steps.keep(keep)
             active, tokens = [active[b] for b in kept], tokens[keep]
         logits = steps.step(tokens)
+    if stats is not None:
+        stats["entropy_sum"] = stats.get("entropy_sum", 0.0) + entropy_sum.item()
+        stats["tokens"] = stats.get("tokens", 0) + sum(len(row) for row in produced)
     return (produced, drawn_logps) if logprobs else produced
 
 

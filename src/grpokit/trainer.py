@@ -115,6 +115,10 @@ class GrpoTrainer(GRPOTrainer):
             raise ValueError("dynamic_sampling.downsample_to runs in one process; leave it out to train on several")
         self._row_rewards: torch.Tensor | None = None  # the last scored batch's summed reward per row
         self._decided_rewards: torch.Tensor | None = None  # [B, K] of all processes: which groups are uniform
+        # The entropy of every row grpokit's sampler drew this step (`entropy_sum`, `tokens`), logged as
+        # `entropy`; TRL's, over the rows the training pass trains, moves to `entropy/trained` (`_compute_loss`).
+        self._sampled_entropy: dict[str, float] | None = None
+        self._entropy_of_sampled_rows = False
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -367,6 +371,7 @@ class GrpoTrainer(GRPOTrainer):
                     pad_id=self._tokenizer.pad_token_id,
                     tokenizer=self._tokenizer,
                     logprobs=self.sampler_logprobs,
+                    stats=self._sampled_entropy if self.model.training else None,
                 )
 
     def _score_together(self, parts: list[tuple[list[dict[str, Any]], Callable[[list[dict[str, Any]]], Any]]]) -> list:
@@ -528,7 +533,32 @@ class GrpoTrainer(GRPOTrainer):
             self.replay.load(state["replay"])
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """TRL's rollout and scoring, with grpokit's schedules, then the rows that carry a gradient. Logs
+        `entropy` over every row drawn this step (batch, extra rounds, retries), so that it measures the
+        policy, not the informative minority the skip keeps (the entropy-collapse warning reads it)."""
         training = self.model.training
+        self._sampled_entropy = {} if training else None
+        try:
+            return self._generate_and_select(inputs, training)
+        finally:
+            drawn, self._sampled_entropy = self._sampled_entropy, None
+            if training:
+                self._entropy_of_sampled_rows = bool(drawn and drawn.get("tokens"))
+            if training and self._entropy_of_sampled_rows:
+                self._metrics["train"]["entropy"].append(drawn["entropy_sum"] / drawn["tokens"])
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss; its logged entropy (over the rows trained) moves to `entropy/trained` where `entropy`
+        holds the step's sampled rows' (rollouts on grpokit's sampler)."""
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        before = len(metrics.get("entropy", ()))
+        loss = super()._compute_loss(model, inputs)
+        if self.model.training and self._entropy_of_sampled_rows and len(metrics["entropy"]) > before:
+            metrics["entropy/trained"].extend(metrics["entropy"][before:])
+            del metrics["entropy"][before:]
+        return loss
+
+    def _generate_and_select(self, inputs: Any, training: bool) -> dict[str, Any]:
         if training and self.temperature_schedule is not None:
             self._schedule_temperature()
         if training and self.curriculum is not None and self.curriculum.level > 0:
