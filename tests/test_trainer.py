@@ -531,3 +531,41 @@ def test_entropy_is_logged_over_every_sampled_row_not_only_the_trained_ones(tiny
 
 def _uniform_first_prompt(prompts, completions, **kwargs):  # the first prompt's group uniform, the rest by length
     return [1.0 if p == prompts[0] else float(len(c)) for p, c in zip(prompts, completions, strict=True)]
+
+
+@pytest.mark.parametrize(
+    "setting", [{"trainer_kwargs": {"shared_prefix": False}}, {"activation_checkpointing": True}], ids=["trl", "ckpt"]
+)
+def test_trls_pass_scores_at_the_scheduled_temperature(tiny_model_dir, tmp_path, setting):
+    """TRL's pass (shared_prefix off, or gradient checkpointing, where grpokit's refuses) divides the logits
+    by the temperature its fused LM head was built with: after the schedule moved it to 0.5, the returned
+    log-probabilities must be log_softmax(logits / 0.5), not those at grpo.temperature (1.0)."""
+    from grpokit.models import load_model
+
+    kwargs = {**setting.get("trainer_kwargs", {}), "temperature_schedule": (0.5, 0, 1)}
+    grpo = {k: v for k, v in setting.items() if k != "trainer_kwargs"}
+    model, _ = load_model(str(tiny_model_dir))
+    if grpo:  # as a run's model is by the time the trainer is built (HF's Trainer turns it on in train())
+        model.gradient_checkpointing_enable()
+    trainer = _trainer(tiny_model_dir, tmp_path, model=model, trainer_kwargs=kwargs, **grpo)
+    assert not trainer.shared_prefix  # TRL's pass
+    trainer.state.global_step = 1
+    trainer._schedule_temperature()
+    assert trainer.temperature == 0.5
+    trainer.model.train()
+    ids = torch.tensor([[5, 9, 13, 2, 20, 21, 22, 30], [7, 3, 4, 6, 40, 41, 42, 43]])
+    mask = torch.ones_like(ids)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 4)
+    with torch.no_grad():
+        logits = trainer.model(input_ids=ids, attention_mask=mask).logits[:, -5:-1].float()
+    expected = (logits / 0.5).log_softmax(-1).gather(-1, ids[:, -4:].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logps.detach(), expected, rtol=1e-4, atol=1e-4)
+    assert logps.requires_grad
+
+
+def test_a_temperature_schedule_is_refused_with_vllm(tiny_model_dir, tmp_path):
+    raw = tiny_recipe(tiny_model_dir, tmp_path)
+    raw["rollout"] = {"final_temperature": 0.6}
+    raw["grpo"]["use_vllm"] = True
+    with pytest.raises(RecipeError, match="rollout.final_temperature: vLLM samples at the temperature"):
+        build_recipe(raw)

@@ -86,6 +86,8 @@ class GrpoTrainer(GRPOTrainer):
         # (final temperature, first step, last step): grpo.temperature (args.temperature) up to the first step,
         # linear to the final one at the last, then constant; None: grpo.temperature throughout.
         self.temperature_schedule = temperature_schedule
+        if temperature_schedule is not None:
+            self._check_temperature_reaches_the_loss()
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
@@ -151,6 +153,20 @@ class GrpoTrainer(GRPOTrainer):
                 "bonus, top_entropy_quantile=1, no router auxiliary loss, steps_per_generation=1 and loss_type in %s",
                 _TOKEN_NORMALISED_LOSSES,
             )
+
+    def _check_temperature_reaches_the_loss(self) -> None:
+        """rollout.final_temperature only where the sampler and every log-probability pass can follow it."""
+        if self.use_vllm:
+            raise ValueError(
+                "rollout.final_temperature: vLLM samples at the temperature it was started with, so its rollouts "
+                "and the loss would disagree; leave final_temperature out, or set grpo.use_vllm: false"
+            )
+        for model in (base_model(self.model), self.ref_model):
+            if model is not None and not set_fused_head_temperature(model, self.temperature):
+                raise ValueError(
+                    "rollout.final_temperature: TRL's LM head on this model cannot be found to follow the schedule, "
+                    "so the loss would score the policy at grpo.temperature; leave final_temperature out"
+                )
 
     def _sampler_logprobs_allowed(self) -> bool:
         """Whether the loss's ratio may be taken against the sampler's log-probabilities, one line if not."""
@@ -486,6 +502,11 @@ class GrpoTrainer(GRPOTrainer):
         start = self.args.temperature
         self.temperature = start + (final - start) * done
         self.generation_config.temperature = self.temperature
+        # TRL's pass (shared_prefix off, gradient checkpointing, several processes, scaled logits) divides by
+        # the temperature its fused LM head was built with: that head follows the schedule too.
+        for model in (base_model(self.model), self.ref_model):
+            if model is not None and not set_fused_head_temperature(model, self.temperature):
+                raise RuntimeError("rollout.final_temperature: TRL's LM head was replaced since start-up (a bug)")
         self._metrics["train"]["temperature"].append(self.temperature)
 
     def _schedule_state(self) -> dict[str, Any]:
@@ -899,6 +920,35 @@ def groups_all_failing(rewards: torch.Tensor, group: int, names: list[str]) -> d
     passed = torch.nan_to_num(rewards, nan=0.0).view(-1, group, rewards.size(1)) > 0  # [groups, G, F]
     shares = (~passed.any(dim=1)).float().mean(dim=0)
     return {name: float(share) for name, share in zip(names, shares.tolist(), strict=True)}
+
+
+def set_fused_head_temperature(model: Any, temperature: float) -> bool:
+    """Make TRL's fused LM head on `model` (`trl.trainer.utils.add_fused_lm_head`, a forward that closes
+    over the temperature it was built with) divide the logits by `temperature` from now on; whether one
+    was found. Its forward is found as `model.forward`, or inside a wrapper of it (accelerate's autocast
+    keeps the one it wraps)."""
+    found, seen = False, set()
+    stack = [model.__dict__.get("forward"), model.__dict__.get("_original_forward")]
+    while stack:
+        fn = stack.pop()
+        fn = getattr(fn, "__func__", fn)
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+        if code is not None and code.co_name == "_fused_forward" and "temperature" in code.co_freevars:
+            cells[code.co_freevars.index("temperature")].cell_contents = float(temperature)
+            found = True
+            continue
+        stack.append(getattr(fn, "__wrapped__", None))
+        for cell in cells:  # a wrapper's closure holds the function it wraps
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(value):
+                stack.append(value)
+    return found
 
 
 def _as_ids(value: int | list[int] | None) -> list[int]:
