@@ -189,12 +189,16 @@ class GrpoTrainer(GRPOTrainer):
         return why is None
 
     def _micro_batches_allowed(self) -> bool:
-        """Whether the loss is a sum over rows, so that micro-batches' gradients add up to the batch's."""
+        """Whether the loss is a sum over rows, so that micro-batches' gradients add up to the batch's (and the
+        out-of-memory back-off may switch them on): not with a term TRL averages within each call."""
         why = None
         if self.args.loss_type not in _TOKEN_NORMALISED_LOSSES:
             why = f"loss_type {self.args.loss_type!r} averages over the rows of a batch"
         elif getattr(self.args, "top_entropy_quantile", 1.0) < 1.0:
             why = "top_entropy_quantile < 1 ranks entropies across the whole batch"
+        elif getattr(self, "_entropy_bonus_enabled", False) or self.aux_loss_enabled:
+            # TRL adds each as a mean over the tokens of the call: once per micro-batch, not once per batch.
+            why = "an entropy bonus (entropy_coef) or a router auxiliary loss is a mean over each micro-batch"
         elif self.accelerator.num_processes > 1 or self.is_deepspeed_enabled:
             why = "several processes (or DeepSpeed) own the backward pass"
         if why:
