@@ -125,13 +125,14 @@ def test_prompts_meet_the_vocabulary_at_their_last_position_only(sampler, shared
 @pytest.mark.parametrize(
     ("after_stop", "is_end", "expected"),
     [
-        (40, False, [20, 21, 22]),  # drawn after the stop text, not an end token: dropped, row ends on the stop
-        (2, True, [20, 21, 22, 2]),  # an end token the model drew: kept, so stopping well is taught
+        (40, False, [20, 21, 22, 40]),  # drawn after the stop text, not an end token: kept, and the row ends
+        (2, True, [20, 21, 22, 2]),  # an end token the model drew: kept the same way
     ],
 )
 def test_a_stop_text_ends_the_row_on_tokens_the_model_drew(sampler, monkeypatch, after_stop, is_end, expected):
-    """Nothing the model did not draw is returned: the trainer trains every returned token with its row's
-    advantage, and an appended EOS would push rows with a negative advantage away from stopping."""
+    """Nothing the model did not draw is returned, and every draw after the stop text is (issue 52 changed
+    the first case, which dropped a draw that was not an end token): the trainer trains every returned token
+    with its row's advantage."""
     from grpokit.rollout import finished
 
     model, tokenizer = sampler
@@ -143,6 +144,31 @@ def test_a_stop_text_ends_the_row_on_tokens_the_model_drew(sampler, monkeypatch,
     assert row == expected
     assert finished(row, eos, tokenizer, (stop,))
     assert not finished([20, 50, 51], eos, tokenizer, (stop,))  # ran out of tokens
+
+
+def test_the_expected_gradient_at_the_draw_after_a_stop_text_is_zero(model_and_tokenizer, monkeypatch):
+    """Over every token the policy can draw after the stop text, the expectation of what the trainer trains
+    at that position (A * grad log p(token) where the row holds one, else nothing) must be 0 for an advantage
+    A that does not depend on the draw: sum_x p(x) grad log p(x) = grad sum_x p(x) = 0. Keeping only end
+    tokens gave A * p(EOS) * (onehot(EOS) - p), which pushes wrong answers (A < 0) away from stopping.
+    The gradient is taken with respect to that position's logits (the parameters' is its image under the
+    Jacobian)."""
+    model, tokenizer = model_and_tokenizer
+    eos = [tokenizer.eos_token_id]
+    stop = tokenizer.decode([21, 22])
+    prompt = PROMPTS[0]
+    with torch.no_grad():
+        logits = model(torch.tensor([[*prompt, 20, 21, 22]])).logits[0, -1].double()  # after the stop text
+    probs = logits.softmax(-1)
+    expected = torch.zeros_like(probs)
+    settings = SamplingSettings(max_new_tokens=6, stop_texts=(stop,))
+    for token in range(probs.numel()):
+        scripted_draws(monkeypatch, [20, 21, 22, token, 50, 51])
+        (row,) = sample(model, [prompt], settings, eos_ids=eos, pad_id=0, tokenizer=tokenizer)
+        assert row[:3] == [20, 21, 22] and len(row) <= 4  # the row ends at the draw after the stop text
+        if len(row) == 4:  # trained at that position: grad of log p(row[3]) with respect to the logits
+            expected += probs[token] * (torch.nn.functional.one_hot(torch.tensor(row[3]), probs.numel()) - probs)
+    assert expected.abs().max().item() < 1e-12
 
 
 def test_a_stop_text_at_the_token_limit_adds_nothing(sampler, monkeypatch):

@@ -10,12 +10,14 @@ from grpokit.schedules import (
     AdaptiveWeights,
     Curriculum,
     Replay,
+    batch_rewards,
     extra_prompt_rows,
     failing_groups,
     fill_batch,
     group_advantages,
     informative_groups,
     max_variance_rows,
+    uniform_groups,
 )
 from grpokit.tasks import build_task
 from tests.conftest import tiny_recipe
@@ -77,6 +79,39 @@ def test_failing_groups_are_uniform_groups_no_completion_of_which_succeeded():
     # all wrong; all right (too easy); a verifier failure (not the policy's); informative
     assert failing_groups(advantages, success, 2).tolist() == [True, False, False, False]
     assert failing_groups(advantages, torch.tensor([0.0, 0, 1, 1, 0.5, 0.5, 1, 0]), 2).tolist()[2]  # 0.5: wrong
+
+
+def _equal_by_rounding() -> torch.Tensor:
+    """Eight equal rewards of 0.8333 (format 1 and `steps` 2/3, weights 0.5 each), summed in float32."""
+    return (torch.tensor([[1.0, 2 / 3]] * 8) * 0.5).sum(dim=1)
+
+
+def _trl_advantages(rewards: torch.Tensor, group: int) -> torch.Tensor:
+    """TRL's group-scaled advantages (sum_then_normalize), rounding and all."""
+    from trl.trainer.utils import nanstd
+
+    grouped = rewards.view(-1, group)
+    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    return torch.nan_to_num(centred / (nanstd(grouped, dim=1).unsqueeze(1) + 1e-4), nan=0.0).view(-1)
+
+
+def test_equal_rewards_are_uniform_whatever_float_rounding_leaves_of_their_advantages():
+    rewards = torch.cat([_equal_by_rounding(), torch.tensor([1.0, 0.0] * 4)])
+    trl = _trl_advantages(rewards, 8)
+    assert (trl[:8] != 0).all() and (trl[:8] < 0).all()  # the defect: a small push of one sign
+    assert uniform_groups(rewards, 8).tolist() == [True, False]
+    assert informative_groups(rewards.unsqueeze(1), 8).tolist() == [False, True]
+    assert group_advantages(rewards, 8)[:8].tolist() == [0.0] * 8  # exactly zero, not -6e-4
+    with_nan = torch.cat([_equal_by_rounding()[:7], torch.tensor([float("nan")])])  # an unscorable row
+    assert uniform_groups(with_nan, 8).tolist() == [True]
+    assert failing_groups(rewards, torch.zeros(16), 8).tolist() == [True, False]
+    # Dynamic sampling counts the group as uniform: it draws more, and the informative draw replaces it.
+    first = {**_batch(trl.tolist(), 2, 2), "rewards": rewards.unsqueeze(1)}
+    extra = {**_batch([1.0, -1.0] * 4, 2, 2), "rewards": torch.tensor([[1.0], [0.0]] * 4)}
+    calls = []
+    merged, stats = fill_batch(first, lambda n, wanted: calls.append(wanted) or [extra], 8, 1, pad_id=0)
+    assert calls == [1] and stats["dynamic/kept_frac"] == 1.0
+    assert informative_groups(batch_rewards(merged), 8).all() and merged["rewards"].shape == (16, 1)
 
 
 def test_replay_returns_the_newest_prompts_at_most_tries_times():
@@ -314,6 +349,39 @@ def test_upfront_with_retry_retries_the_failed_prompts_of_both_after_one_rollout
     metrics = trainer._metrics["train"]
     assert metrics["dynamic/retried"] == [float(len(failed))]
     assert metrics["dynamic/extra_rollouts"] == [16.0 + 4 * len(failed)]
+
+
+def format_one(task):
+    return lambda completion, example: 1.0
+
+
+def two_thirds_on_even(task):
+    """Even answers: 2/3 for every completion (with format_one at weights 0.5: 0.8333 each); odd: by length."""
+    return lambda completion, example: 2 / 3 if example["answer"] % 2 == 0 else float(len(completion))
+
+
+def test_a_group_of_equal_rewards_gets_zero_advantage_is_skipped_and_counted_as_no_signal(tiny_model_dir, tmp_path):
+    """Rewards 0.8333 in every row of a group of 8: TRL's float rounding gives each row -6e-4. The group must
+    have exactly zero advantage, be left out of the training pass, and count in frac_reward_zero_std."""
+    rewards = [
+        {"name": "tests.test_schedules.format_one", "weight": 0.5},
+        {"name": "tests.test_schedules.two_thirds_on_even", "weight": 0.5},
+    ]
+    trainer = _trainer(tiny_model_dir, tmp_path, rewards, drawn=8)
+    trainer.skip_zero_advantage = True  # as a run trains
+    trainer.model.train()
+    inputs = next(b for b in trainer.get_train_dataloader() if 0 < sum(r["answer"] % 2 == 0 for r in b[::8]) < 4)
+    even = torch.tensor([r["answer"] % 2 == 0 for r in inputs[::8]])  # [4 groups]
+    torch.manual_seed(0)
+    scored = trainer._score(inputs)
+    rows = even.repeat_interleave(8)
+    assert scored["advantages"][rows].tolist() == [0.0] * int(rows.sum())
+    assert (scored["advantages"][~rows] != 0).any()
+    assert trainer._metrics["train"]["frac_reward_zero_std"][-1] == even.float().mean().item()
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions(inputs)
+    assert batch["advantages"].numel() == 8 * int((~even).sum())  # the uniform groups' rows were not kept
+    assert trainer._metrics["train"]["rows_trained_frac"][-1] == (~even).float().mean().item()
 
 
 def test_replay_draws_last_steps_informative_prompts_first_and_logs_them_apart(tiny_model_dir, tmp_path):

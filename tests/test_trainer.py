@@ -499,3 +499,108 @@ def test_a_recipe_anneals_over_the_stage_unless_told_how_many_steps(tiny_model_d
     raw["rollout"] = {"engine": "vllm"}  # vLLM is grpo.use_vllm; the rollout section was not checked before
     with pytest.raises(RecipeError, match="rollout.engine='vllm'; use grpokit or trl"):
         build_recipe(raw)
+
+
+def test_entropy_is_logged_over_every_sampled_row_not_only_the_trained_ones(tiny_model_dir, tmp_path):
+    """A uniform group's rows are not trained (the skip), but the policy drew them: the logged `entropy`
+    (which the entropy-collapse warning reads) is the mean over every drawn token, TRL's over the trained
+    rows moves to `entropy/trained`."""
+    trainer = _trainer(tiny_model_dir, tmp_path, reward_funcs=[_uniform_first_prompt], temperature=0.7)
+    assert trainer.skip_zero_advantage
+    trainer.model.train()
+    prompts = trainer.train_dataset.select(range(2)).to_list()
+    drawn, score = [], trainer._score
+    trainer._score = lambda rows: drawn.append(score(rows)) or drawn[-1]
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions([p for p in prompts for _ in range(trainer.num_generations)])
+    (scored,) = drawn
+    assert batch["advantages"].numel() < scored["advantages"].numel()  # the uniform group was dropped
+    ids = torch.cat([scored["prompt_ids"], scored["completion_ids"]], dim=1)
+    mask = torch.cat([scored["prompt_mask"], scored["completion_mask"]], dim=1)
+    with torch.no_grad():
+        _, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, scored["completion_ids"].size(1), compute_entropy=True
+        )
+    kept = scored["completion_mask"].bool()
+    metrics = trainer._metrics["train"]
+    assert metrics["entropy"] == [pytest.approx(entropies[kept].mean().item(), abs=1e-4)]
+    trainer.current_gradient_accumulation_steps = 1  # what TRL's training step sets before the loss
+    trainer.compute_loss(trainer.model, batch)
+    assert len(metrics["entropy"]) == 1 and len(metrics["entropy/trained"]) == 1
+
+
+def _uniform_first_prompt(prompts, completions, **kwargs):  # the first prompt's group uniform, the rest by length
+    return [1.0 if p == prompts[0] else float(len(c)) for p, c in zip(prompts, completions, strict=True)]
+
+
+@pytest.mark.parametrize(
+    "setting", [{"trainer_kwargs": {"shared_prefix": False}}, {"activation_checkpointing": True}], ids=["trl", "ckpt"]
+)
+def test_trls_pass_scores_at_the_scheduled_temperature(tiny_model_dir, tmp_path, setting):
+    """TRL's pass (shared_prefix off, or gradient checkpointing, where grpokit's refuses) divides the logits
+    by the temperature its fused LM head was built with: after the schedule moved it to 0.5, the returned
+    log-probabilities must be log_softmax(logits / 0.5), not those at grpo.temperature (1.0)."""
+    from grpokit.models import load_model
+
+    kwargs = {**setting.get("trainer_kwargs", {}), "temperature_schedule": (0.5, 0, 1)}
+    grpo = {k: v for k, v in setting.items() if k != "trainer_kwargs"}
+    model, _ = load_model(str(tiny_model_dir))
+    if grpo:  # as a run's model is by the time the trainer is built (HF's Trainer turns it on in train())
+        model.gradient_checkpointing_enable()
+    trainer = _trainer(tiny_model_dir, tmp_path, model=model, trainer_kwargs=kwargs, **grpo)
+    assert not trainer.shared_prefix  # TRL's pass
+    trainer.state.global_step = 1
+    trainer._schedule_temperature()
+    assert trainer.temperature == 0.5
+    trainer.model.train()
+    ids = torch.tensor([[5, 9, 13, 2, 20, 21, 22, 30], [7, 3, 4, 6, 40, 41, 42, 43]])
+    mask = torch.ones_like(ids)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 4)
+    with torch.no_grad():
+        logits = trainer.model(input_ids=ids, attention_mask=mask).logits[:, -5:-1].float()
+    expected = (logits / 0.5).log_softmax(-1).gather(-1, ids[:, -4:].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logps.detach(), expected, rtol=1e-4, atol=1e-4)
+    assert logps.requires_grad
+
+
+def test_a_temperature_schedule_is_refused_with_vllm(tiny_model_dir, tmp_path):
+    raw = tiny_recipe(tiny_model_dir, tmp_path)
+    raw["rollout"] = {"final_temperature": 0.6}
+    raw["grpo"]["use_vllm"] = True
+    with pytest.raises(RecipeError, match="rollout.final_temperature: vLLM samples at the temperature"):
+        build_recipe(raw)
+
+
+def test_micro_batches_with_an_entropy_bonus_give_the_whole_batchs_loss_and_gradient(tiny_model_dir, tmp_path):
+    """TRL adds its entropy bonus as a mean over the tokens of each loss call: in micro-batches it was counted
+    once per micro-batch (issue 52: -0.732 whole against -2.527, gradients 8% apart). Micro-batches are
+    refused with it, and the out-of-memory back-off never switches them on."""
+    from grpokit.models import load_model
+
+    def build(out, rows):
+        model = load_model(str(tiny_model_dir), dtype="float32")[0]
+        extra = {"micro_batch_rows": rows} if rows else {}
+        trainer = _trainer(
+            tiny_model_dir, out, model=model, reward_funcs=[_characters], trainer_kwargs=extra, entropy_coef=0.1
+        )
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # what TRL's training step sets before the loss
+        return trainer
+
+    whole, parts = build(tmp_path / "whole", None), build(tmp_path / "parts", 2)
+    prompts = whole.train_dataset.select(range(2)).to_list()
+    torch.manual_seed(0)
+    batch = whole._generate_and_score_completions([p for p in prompts for _ in range(whole.num_generations)])
+    assert batch["advantages"].numel() == 8 and parts._smaller_micro_batch(batch) is None
+    results = []
+    for trainer in (whole, parts):
+        trainer.model.zero_grad()
+        loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), grads))
+    (loss, grads), (parts_loss, parts_grads) = results
+    torch.testing.assert_close(parts_loss, loss, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == parts_grads.keys() and grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(parts_grads[name], grad, rtol=1e-4, atol=1e-7)

@@ -379,16 +379,17 @@ class RolloutSection:
     """How GRPO samples completions on the training model (vLLM, when grpo.use_vllm is set, ignores this).
 
     engine "grpokit": each distinct prompt is prefilled once and its KV cache shared by its group,
-    finished rows leave the batch, and with `stop_at_answer` a row ends at `</answer>` (EOS appended).
+    finished rows leave the batch, and with `stop_at_answer` a row ends one drawn token after `</answer>`.
     With `merged_copy`, a LoRA policy is sampled from a copy with the adapters merged in, in the training
     precision (bf16/fp16), refreshed after every optimizer step (not under ZeRO-3 or FSDP).
     engine "trl": TRL's own `model.generate` path.
-    `final_temperature` (any engine, vLLM included): the sampling temperature stays grpo.temperature until
-    step `temperature_from_step` of a GRPO stage (default 0), then moves linearly to this one at step
-    `temperature_steps` (default: the stage's steps) and stays; the loss scores the policy at the same
-    temperature, as TRL does. Logged per step as `temperature`. Hot while the policy is still learning
-    what to write (cold sampling of a failing policy makes its groups fail alike: the entropy-collapse
-    warning), colder once most groups succeed, so that the rollouts find the errors greedy decoding makes.
+    `final_temperature` (grpokit's and TRL's engines; refused with vLLM, which samples at the temperature it
+    was started with): the sampling temperature stays grpo.temperature until step `temperature_from_step`
+    of a GRPO stage (default 0), then moves linearly to this one at step `temperature_steps` (default: the
+    stage's steps) and stays; every log-probability pass (grpokit's and TRL's) scores the policy at the
+    same temperature. Logged per step as `temperature`. Hot while the policy is still learning what to write
+    (cold sampling of a failing policy makes its groups fail alike: the entropy-collapse warning), colder
+    once most groups succeed, so that the rollouts find the errors greedy decoding makes.
     """
 
     engine: str = "grpokit"
@@ -767,6 +768,11 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
         raise RecipeError(
             "dynamic_sampling.guide: a demonstration row has no sampler log-probabilities; set "
             "train_pass.sampler_logprobs: false, or guide: false"
+        )
+    if recipe.rollout.final_temperature is not None and recipe.grpo.get("use_vllm"):
+        raise RecipeError(
+            "rollout.final_temperature: vLLM samples at the temperature it was started with, so its rollouts and "
+            "the loss would disagree; leave final_temperature out, or set grpo.use_vllm: false"
         )
     if sampling.enabled and recipe.launch.processes > 1:
         raise RecipeError("dynamic_sampling runs in one process; set launch.processes: 1 or turn it off")

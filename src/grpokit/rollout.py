@@ -11,9 +11,11 @@ Sampling matches `generate` with `do_sample=True`: temperature, then top-k, then
 torch's global RNG; `min_new_tokens` suppresses EOS (and stop texts) until that many tokens exist.
 
 Every returned token was drawn by the model: the trainer trains each one with its row's advantage. A
-row that writes a stop text gets one more draw: an end token it draws is kept (a row that stops well
-is taught to stop), anything else is dropped and the row ends on the stop text. Appending an EOS the
-model never drew would train it too, pushing rows with a negative advantage away from stopping.
+row that writes a stop text gets one more draw, which is kept whatever it is, and the row ends there:
+the rewards read it (`</answer>` then an end token or whitespace keeps the strict format; more text
+does not), so stopping is taught by what the rewards pay. Keeping that draw only when it is an end
+token made the expected gradient at that position A * grad p(EOS) instead of 0, pushing wrong answers
+away from stopping; appending an EOS the model never drew would train it the same way.
 """
 
 from __future__ import annotations
@@ -165,13 +167,19 @@ def sample(
     pad_id: int,
     tokenizer: Any = None,
     logprobs: bool = False,
+    stats: dict[str, float] | None = None,
 ) -> list[list[int]] | tuple[list[list[int]], list[list[float]]]:
     """Sampled completion token ids, one list per prompt row: each drawn by the model, EOS included when
     the row drew it. See `finished` for whether a row ended or was cut at `max_new_tokens`.
 
     `logprobs=True` also returns, beside each token, its log-probability under the distribution it was
     drawn from (after temperature, top-k and top-p; 0.0 for greedy tokens): the sampler's own, for a
-    training pass that compares the policy against the model that really sampled (a rollout copy)."""
+    training pass that compares the policy against the model that really sampled (a rollout copy).
+
+    `stats`: a dict that `entropy_sum` and `tokens` are added to: the entropy (nats) of softmax(logits /
+    temperature) at every returned token's position, before top-k, top-p and `min_new_tokens` (the
+    entropy TRL's training pass computes), summed, and the tokens counted, so a trainer can log the
+    entropy of every row it drew, not only of the rows it trains."""
     device = next(model.parameters()).device
     distinct, counts = group_runs(prompts)
     cache_kwarg = _cache_argument(model)
@@ -193,7 +201,11 @@ def sample(
     # Host-side bookkeeping in plain lists: one device-to-host copy of the step's tokens (and end flags),
     # not one read per row, which on a GPU is a synchronisation each.
     stopping = [False] * rows  # wrote a stop text: one last draw
+    entropy_sum = torch.zeros((), dtype=torch.float64, device=device)
     for step in range(settings.max_new_tokens):
+        if stats is not None:  # every active row draws one token this step, and every drawn token is returned
+            scaled = logits / settings.temperature  # [B, V]
+            entropy_sum += (scaled.logsumexp(-1) - (scaled.softmax(-1) * scaled).sum(-1)).sum().double()
         if step < settings.min_new_tokens:
             logits[:, eos] = float("-inf")
         if settings.top_k == 1:  # greedy: each token had probability 1
@@ -204,12 +216,12 @@ def sample(
             step_logps = token_logps.tolist() if logprobs else None
         drawn, done = torch.stack([tokens, torch.isin(tokens, eos).long()]).tolist()
         for b, (row, token) in enumerate(zip(active, drawn, strict=True)):
-            if stopping[row] and not done[b]:  # the draw after a stop text: kept only if it ends the row
-                done[b] = True
-                continue
             produced[row].append(token)
             if step_logps is not None:
                 drawn_logps[row].append(step_logps[b])
+            if stopping[row]:  # the draw after a stop text: kept, whatever it is, and the row's last
+                done[b] = True
+                continue
             if stop_check and not stopping[row] and not done[b] and step + 1 >= settings.min_new_tokens:
                 text = tokenizer.decode(produced[row][-(tail + 2) :], skip_special_tokens=False)
                 stopping[row] = any(stop in text for stop in settings.stop_texts)
@@ -221,6 +233,9 @@ def sample(
             steps.keep(keep)
             active, tokens = [active[b] for b in kept], tokens[keep]
         logits = steps.step(tokens)
+    if stats is not None:
+        stats["entropy_sum"] = stats.get("entropy_sum", 0.0) + entropy_sum.item()
+        stats["tokens"] = stats.get("tokens", 0) + sum(len(row) for row in produced)
     return (produced, drawn_logps) if logprobs else produced
 
 

@@ -28,28 +28,52 @@ import torch
 # Per-row tensors padded on the left (prompt side) or the right (completion side) of their row.
 _LEFT = ("prompt_ids", "prompt_mask")
 _RIGHT = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps")
-_ROWS = ("advantages", *_LEFT, *_RIGHT)
+_ROWS = ("advantages", "rewards", *_LEFT, *_RIGHT)  # rewards: [B, K], see batch_rewards
 
 
-def informative_groups(advantages: torch.Tensor, group: int) -> torch.Tensor:
-    """[B] advantages -> [B / group] True where some completion of the group has a non-zero advantage.
+def uniform_groups(rewards: torch.Tensor, group: int) -> torch.Tensor:
+    """[B] or [B, K] rewards (groups of `group` rows in a row) -> [B / group] True where, in every column,
+    the group's scored rewards are all equal (max == min over the non-NaN ones; a group with none scored
+    is uniform). Decided on the rewards, not on the advantages: eight equal rewards of 0.8333 have a
+    float32 group std of about 6e-8, and TRL's advantages of about -6e-4, not 0.
 
-    >>> informative_groups(torch.tensor([0.0, 0.0, 1.0, -1.0]), 2).tolist()
+    >>> uniform_groups(torch.tensor([0.5, 0.5, 1.0, float("nan"), 1.0, 0.0]), 2).tolist()
+    [True, True, False]
+    """
+    values = rewards.reshape(rewards.size(0) // group, group, -1)  # [groups, G, K]
+    scored = ~torch.isnan(values)
+    high = values.masked_fill(~scored, float("-inf")).amax(dim=1)  # [groups, K]
+    low = values.masked_fill(~scored, float("inf")).amin(dim=1)
+    return (high <= low).all(dim=1)
+
+
+def informative_groups(rewards: torch.Tensor, group: int) -> torch.Tensor:
+    """[B] (or [B, K]) rewards -> [B / group] True where the group's rewards differ (`uniform_groups`).
+
+    >>> informative_groups(torch.tensor([0.0, 0.0, 1.0, 0.0]), 2).tolist()
     [False, True]
     """
-    return (advantages.view(-1, group) != 0).any(dim=1)
+    return ~uniform_groups(rewards, group)
 
 
-def failing_groups(advantages: torch.Tensor, success: torch.Tensor, group: int) -> torch.Tensor:
-    """[B] advantages and [B] success-reward values -> [B / group] True where the group teaches nothing and
-    no completion of it reached 1 (all wrong). A verifier failure (NaN) is not a failure of the policy.
+def batch_rewards(batch: dict[str, Any]) -> torch.Tensor:
+    """The per-row rewards that decide which of a scored batch's groups are uniform: the trainer's
+    `rewards` ([B, K]); a batch without them, its advantages (a uniform group's are all exactly 0)."""
+    rewards = batch.get("rewards")
+    return batch["advantages"] if rewards is None else rewards
 
-    >>> failing_groups(torch.tensor([0.0, 0, 0, 0, 1, -1]), torch.tensor([0.0, 0, 1, 1, 1, 0]), 2).tolist()
+
+def failing_groups(rewards: torch.Tensor, success: torch.Tensor, group: int) -> torch.Tensor:
+    """[B] (or [B, K]) rewards and [B] success-reward values -> [B / group] True where the group teaches
+    nothing (its rewards are uniform) and no completion of it reached 1 (all wrong). A verifier failure
+    (NaN) is not a failure of the policy.
+
+    >>> failing_groups(torch.tensor([0.0, 0, 1, 1, 1, 0]), torch.tensor([0.0, 0, 1, 1, 1, 0]), 2).tolist()
     [True, False, False]
     """
     solved = success.view(-1, group) >= 1
     unknown = torch.isnan(success.view(-1, group)).any(dim=1)
-    return ~informative_groups(advantages, group) & ~solved.any(dim=1) & ~unknown
+    return uniform_groups(rewards, group) & ~solved.any(dim=1) & ~unknown
 
 
 def max_variance_rows(rewards: torch.Tensor, group: int, keep: int) -> torch.Tensor:
@@ -84,7 +108,9 @@ def max_variance_rows(rewards: torch.Tensor, group: int, keep: int) -> torch.Ten
 def group_advantages(rewards: torch.Tensor, group: int, scale: str = "group") -> torch.Tensor:
     """[B] rewards -> [B] advantages as TRL's sum_then_normalize computes them for groups of `group` rows:
     the reward less its group's mean, divided by the group's (`scale: group`) or the batch's (`batch`)
-    standard deviation plus 1e-4, or not divided (`none`); unscorable rows (NaN) are left out and get 0.
+    standard deviation plus 1e-4, or not divided (`none`); unscorable rows (NaN) are left out and get 0,
+    and so does every row of a uniform group (`uniform_groups`), whose float rounding would otherwise leave
+    each row a small advantage of one sign.
 
     >>> group_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0]), 2, "none").tolist()
     [0.5, -0.5, 0.0, 0.0]
@@ -99,6 +125,7 @@ def group_advantages(rewards: torch.Tensor, group: int, scale: str = "group") ->
         advantages = advantages / (nanstd(rewards) + 1e-4)
     elif scale != "none":
         raise ValueError(f"scale_rewards={scale!r}; use group, batch or none")
+    advantages = advantages.masked_fill(uniform_groups(rewards, group).unsqueeze(1), 0.0)
     return torch.nan_to_num(advantages, nan=0.0).view(-1)
 
 
@@ -122,7 +149,7 @@ def fill_batch(
     """
     size = first["advantages"].numel() // group
     batches, extra = [first], 0
-    found = int(informative_groups(first["advantages"], group).sum())
+    found = int(informative_groups(batch_rewards(first), group).sum())
     while found < size and extra < max_extra_groups:
         n = min(size, max_extra_groups - extra)
         drawn = more(n, size - found)
@@ -131,11 +158,11 @@ def fill_batch(
         for batch in drawn:
             batches.append(batch)
             extra += batch["advantages"].numel() // group
-            found += int(informative_groups(batch["advantages"], group).sum())
+            found += int(informative_groups(batch_rewards(batch), group).sum())
     picks: list[tuple[int, int]] = []  # (batch, group) informative first, in order drawn
     rest: list[tuple[int, int]] = []
     for b, batch in enumerate(batches):
-        for g, useful in enumerate(informative_groups(batch["advantages"], group).tolist()):
+        for g, useful in enumerate(informative_groups(batch_rewards(batch), group).tolist()):
             (picks if useful else rest).append((b, g))
     chosen = (picks + rest)[:size]
     merged = _take_groups(batches, chosen, group, pad_id)

@@ -41,12 +41,14 @@ from grpokit.schedules import (
     AdaptiveWeights,
     Curriculum,
     Replay,
+    batch_rewards,
     extra_prompt_rows,
     failing_groups,
     fill_batch,
     group_advantages,
     informative_groups,
     max_variance_rows,
+    uniform_groups,
 )
 from grpokit.tasks.base import tokenize_prompts
 
@@ -84,6 +86,8 @@ class GrpoTrainer(GRPOTrainer):
         # (final temperature, first step, last step): grpo.temperature (args.temperature) up to the first step,
         # linear to the final one at the last, then constant; None: grpo.temperature throughout.
         self.temperature_schedule = temperature_schedule
+        if temperature_schedule is not None:
+            self._check_temperature_reaches_the_loss()
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
@@ -112,6 +116,11 @@ class GrpoTrainer(GRPOTrainer):
         if self.downsample_to and self.accelerator.num_processes > 1:
             raise ValueError("dynamic_sampling.downsample_to runs in one process; leave it out to train on several")
         self._row_rewards: torch.Tensor | None = None  # the last scored batch's summed reward per row
+        self._decided_rewards: torch.Tensor | None = None  # [B, K] of all processes: which groups are uniform
+        # The entropy of every row grpokit's sampler drew this step (`entropy_sum`, `tokens`), logged as
+        # `entropy`; TRL's, over the rows the training pass trains, moves to `entropy/trained` (`_compute_loss`).
+        self._sampled_entropy: dict[str, float] | None = None
+        self._entropy_of_sampled_rows = False
         self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
         self.adaptive = adaptive
         if self.ref_model is not None:
@@ -145,6 +154,20 @@ class GrpoTrainer(GRPOTrainer):
                 _TOKEN_NORMALISED_LOSSES,
             )
 
+    def _check_temperature_reaches_the_loss(self) -> None:
+        """rollout.final_temperature only where the sampler and every log-probability pass can follow it."""
+        if self.use_vllm:
+            raise ValueError(
+                "rollout.final_temperature: vLLM samples at the temperature it was started with, so its rollouts "
+                "and the loss would disagree; leave final_temperature out, or set grpo.use_vllm: false"
+            )
+        for model in (base_model(self.model), self.ref_model):
+            if model is not None and not set_fused_head_temperature(model, self.temperature):
+                raise ValueError(
+                    "rollout.final_temperature: TRL's LM head on this model cannot be found to follow the schedule, "
+                    "so the loss would score the policy at grpo.temperature; leave final_temperature out"
+                )
+
     def _sampler_logprobs_allowed(self) -> bool:
         """Whether the loss's ratio may be taken against the sampler's log-probabilities, one line if not."""
         if self.rollout_fallback is not None:  # with vLLM, TRL's vllm_importance_sampling_correction does this
@@ -166,12 +189,16 @@ class GrpoTrainer(GRPOTrainer):
         return why is None
 
     def _micro_batches_allowed(self) -> bool:
-        """Whether the loss is a sum over rows, so that micro-batches' gradients add up to the batch's."""
+        """Whether the loss is a sum over rows, so that micro-batches' gradients add up to the batch's (and the
+        out-of-memory back-off may switch them on): not with a term TRL averages within each call."""
         why = None
         if self.args.loss_type not in _TOKEN_NORMALISED_LOSSES:
             why = f"loss_type {self.args.loss_type!r} averages over the rows of a batch"
         elif getattr(self.args, "top_entropy_quantile", 1.0) < 1.0:
             why = "top_entropy_quantile < 1 ranks entropies across the whole batch"
+        elif getattr(self, "_entropy_bonus_enabled", False) or self.aux_loss_enabled:
+            # TRL adds each as a mean over the tokens of the call: once per micro-batch, not once per batch.
+            why = "an entropy bonus (entropy_coef) or a router auxiliary loss is a mean over each micro-batch"
         elif self.accelerator.num_processes > 1 or self.is_deepspeed_enabled:
             why = "several processes (or DeepSpeed) own the backward pass"
         if why:
@@ -364,6 +391,7 @@ class GrpoTrainer(GRPOTrainer):
                     pad_id=self._tokenizer.pad_token_id,
                     tokenizer=self._tokenizer,
                     logprobs=self.sampler_logprobs,
+                    stats=self._sampled_entropy if self.model.training else None,
                 )
 
     def _score_together(self, parts: list[tuple[list[dict[str, Any]], Callable[[list[dict[str, Any]]], Any]]]) -> list:
@@ -437,10 +465,15 @@ class GrpoTrainer(GRPOTrainer):
             rewards_per_func[failed] = torch.nan
         if self.retry and self.retry_reward in self.reward_func_names:
             self._row_success = rewards_per_func[:, self.reward_func_names.index(self.retry_reward)].clone()
-        if self.downsample_to:  # TRL's summed reward (sum_then_normalize), which down-sampling selects on
-            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-            self._row_rewards = (rewards_per_func * weights).nansum(dim=1)
-            self._row_rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        summed = (rewards_per_func * weights).nansum(dim=1)  # [B] TRL's summed reward (sum_then_normalize)
+        summed[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        # What decides whether a group is uniform (`_score`): the reward TRL normalises per group, or with
+        # normalize_then_sum each reward apart (each is normalised within its group first).
+        per_func = self.multi_objective_aggregation == "normalize_then_sum"
+        self._decided_rewards = (rewards_per_func * weights if per_func else summed.unsqueeze(1)).clone()  # [B, K]
+        if self.downsample_to:  # down-sampling selects on the summed reward
+            self._row_rewards = summed
         mode = "train" if self.model.training else "eval"
         for name, share in groups_all_failing(rewards_per_func, self.num_generations, self.reward_func_names).items():
             self._metrics[mode][f"rewards/{name}/groups_all_fail"].append(share)
@@ -473,6 +506,11 @@ class GrpoTrainer(GRPOTrainer):
         start = self.args.temperature
         self.temperature = start + (final - start) * done
         self.generation_config.temperature = self.temperature
+        # TRL's pass (shared_prefix off, gradient checkpointing, several processes, scaled logits) divides by
+        # the temperature its fused LM head was built with: that head follows the schedule too.
+        for model in (base_model(self.model), self.ref_model):
+            if model is not None and not set_fused_head_temperature(model, self.temperature):
+                raise RuntimeError("rollout.final_temperature: TRL's LM head was replaced since start-up (a bug)")
         self._metrics["train"]["temperature"].append(self.temperature)
 
     def _schedule_state(self) -> dict[str, Any]:
@@ -520,7 +558,32 @@ class GrpoTrainer(GRPOTrainer):
             self.replay.load(state["replay"])
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """TRL's rollout and scoring, with grpokit's schedules, then the rows that carry a gradient. Logs
+        `entropy` over every row drawn this step (batch, extra rounds, retries), so that it measures the
+        policy, not the informative minority the skip keeps (the entropy-collapse warning reads it)."""
         training = self.model.training
+        self._sampled_entropy = {} if training else None
+        try:
+            return self._generate_and_select(inputs, training)
+        finally:
+            drawn, self._sampled_entropy = self._sampled_entropy, None
+            if training:
+                self._entropy_of_sampled_rows = bool(drawn and drawn.get("tokens"))
+            if training and self._entropy_of_sampled_rows:
+                self._metrics["train"]["entropy"].append(drawn["entropy_sum"] / drawn["tokens"])
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss; its logged entropy (over the rows trained) moves to `entropy/trained` where `entropy`
+        holds the step's sampled rows' (rollouts on grpokit's sampler)."""
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        before = len(metrics.get("entropy", ()))
+        loss = super()._compute_loss(model, inputs)
+        if self.model.training and self._entropy_of_sampled_rows and len(metrics["entropy"]) > before:
+            metrics["entropy/trained"].extend(metrics["entropy"][before:])
+            del metrics["entropy"][before:]
+        return loss
+
+    def _generate_and_select(self, inputs: Any, training: bool) -> dict[str, Any]:
         if training and self.temperature_schedule is not None:
             self._schedule_temperature()
         if training and self.curriculum is not None and self.curriculum.level > 0:
@@ -549,7 +612,7 @@ class GrpoTrainer(GRPOTrainer):
         memory.trim()  # the rollout's freed caches leave before the training pass's activations arrive
         if not (self.skip_zero_advantage and training):
             return batch
-        mask = keep_mask(batch)
+        mask = keep_mask(batch, self._group_rows)
         if self.accelerator.num_processes > 1:
             # TRL gathers per-row tensors across ranks in its loss (clip ratios): every rank must keep the
             # same number of rows. Ranks with fewer informative rows keep extra zero-advantage rows,
@@ -566,6 +629,7 @@ class GrpoTrainer(GRPOTrainer):
             self.prompts_seen.extend(str(x.get("prompt", "")) for x in inputs if isinstance(x, dict))
         batch = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
+        self._zero_uniform_groups(batch, mode)
         sampled = batch.get("sampling_per_token_logps")
         if mode == "train" and self.sampler_logprobs and sampled is not None and "old_per_token_logps" not in batch:
             # The PPO ratio against the model that drew the tokens: pi_theta / pi_sampler, clipped to
@@ -579,6 +643,25 @@ class GrpoTrainer(GRPOTrainer):
         if mode == "train" and self.downsample_to:
             batch = self._downsample(batch)
         return batch
+
+    def _zero_uniform_groups(self, batch: dict[str, Any], mode: str) -> None:
+        """The batch's rewards (`rewards`, [B, K]: what decides uniform groups downstream) and exactly zero
+        advantage for every row of a group whose rewards are all equal (`schedules.uniform_groups`): TRL's
+        float rounding leaves such rows a small advantage of one sign (eight rewards of 0.8333: -6e-4 each),
+        which would keep the group in training, out of retries and dynamic sampling's count, and out of
+        `frac_reward_zero_std` (logged here as the share of uniform groups, which the health warning reads)."""
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards, self._decided_rewards = self._decided_rewards, None
+        if rewards is None:
+            return
+        advantages = batch["advantages"]
+        start = self.accelerator.process_index * advantages.numel()
+        uniform = uniform_groups(rewards, group)  # [all processes' groups]
+        rows = uniform.repeat_interleave(group)[start : start + advantages.numel()].to(advantages.device)  # [B]
+        batch["advantages"] = advantages.masked_fill(rows, 0.0)
+        batch["rewards"] = rewards[start : start + advantages.numel()].to(advantages.device)
+        if self._metrics[mode].get("frac_reward_zero_std"):
+            self._metrics[mode]["frac_reward_zero_std"][-1] = uniform.float().mean().item()
 
     @property
     def _group_rows(self) -> int:
@@ -658,11 +741,11 @@ class GrpoTrainer(GRPOTrainer):
         def queue(rows, tries, retries, scored, success: torch.Tensor | None) -> int:
             if self.replay is None and not self.retry:  # nothing to queue or count
                 return 0
-            useful = informative_groups(scored["advantages"], kept).tolist()
+            useful = informative_groups(batch_rewards(scored), kept).tolist()
             if self.replay is not None:
                 found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
             if self.retry and success is not None:
-                lost = failing_groups(scored["advantages"], success, kept).tolist()
+                lost = failing_groups(batch_rewards(scored), success, kept).tolist()
                 failed.extend((row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < self.retry)
             return sum(useful)
 
@@ -843,6 +926,35 @@ def groups_all_failing(rewards: torch.Tensor, group: int, names: list[str]) -> d
     return {name: float(share) for name, share in zip(names, shares.tolist(), strict=True)}
 
 
+def set_fused_head_temperature(model: Any, temperature: float) -> bool:
+    """Make TRL's fused LM head on `model` (`trl.trainer.utils.add_fused_lm_head`, a forward that closes
+    over the temperature it was built with) divide the logits by `temperature` from now on; whether one
+    was found. Its forward is found as `model.forward`, or inside a wrapper of it (accelerate's autocast
+    keeps the one it wraps)."""
+    found, seen = False, set()
+    stack = [model.__dict__.get("forward"), model.__dict__.get("_original_forward")]
+    while stack:
+        fn = stack.pop()
+        fn = getattr(fn, "__func__", fn)
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+        if code is not None and code.co_name == "_fused_forward" and "temperature" in code.co_freevars:
+            cells[code.co_freevars.index("temperature")].cell_contents = float(temperature)
+            found = True
+            continue
+        stack.append(getattr(fn, "__wrapped__", None))
+        for cell in cells:  # a wrapper's closure holds the function it wraps
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(value):
+                stack.append(value)
+    return found
+
+
 def _as_ids(value: int | list[int] | None) -> list[int]:
     return [] if value is None else [value] if isinstance(value, int) else list(value)
 
@@ -862,9 +974,17 @@ def skipping_is_exact(args: Any, router_aux_loss: bool = False) -> bool:
     )
 
 
-def keep_mask(batch: dict[str, Any]) -> torch.Tensor:
-    """Rows with a non-zero advantage; at least one row, so the step still has an input (its gradient is 0)."""
+def keep_mask(batch: dict[str, Any], group: int | None = None) -> torch.Tensor:
+    """Rows of groups whose rewards differ (`batch_rewards`, groups of `group` rows; every group when
+    `group` is None) that have a non-zero advantage; at least one row, so the step still has an input (its
+    gradient is 0).
+
+    >>> keep_mask({"advantages": torch.tensor([-6e-4, -6e-4, 1.0, -1.0]), "rewards": torch.tensor([0.8, 0.8, 1, 0])}, 2)
+    tensor([False, False,  True,  True])
+    """
     mask = batch["advantages"] != 0  # [B]
+    if group is not None:
+        mask = mask & informative_groups(batch_rewards(batch), group).repeat_interleave(group).to(mask.device)
     if not mask.any():
         mask[0] = True
     return mask
