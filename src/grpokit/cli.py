@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from grpokit.config import Recipe, RecipeError, apply_override, build_recipe, load_recipe
+from grpokit.console import printable
 
 SHOWN_MISTAKES = 5  # wrong answers `grpokit eval` prints (its --out file keeps up to eval.mistakes)
 
@@ -156,8 +157,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if result.mistakes:  # a few of what it got wrong, on one line each; --out keeps them all
         wrong = round((1 - result.accuracy) * result.n)
         print(f"\nwrong answers ({min(len(result.mistakes), SHOWN_MISTAKES)} of {wrong}):")
-        for row in result.mistakes[:SHOWN_MISTAKES]:
-            print(f"  {row['question']}  gold {row['answer']}  wrote: {' '.join(row['completion'].split())[:160]}")
+        for row in result.mistakes[:SHOWN_MISTAKES]:  # model text is data: control characters are escaped
+            wrote = " ".join(row["completion"].split())[:160]
+            print(printable(f"  {row['question']}  gold {row['answer']}  wrote: {wrote}"))
     if args.out:
         result.save(Path(args.out))
         print(f"result: {args.out}")
@@ -304,7 +306,7 @@ def cmd_rewards(args: argparse.Namespace) -> int:
 
         findings = redteam.main(load_recipe(args.recipe), args.n)
         for finding in findings:
-            print(finding)
+            print(printable(str(finding)))
         print(
             f"{len(findings)} finding(s): degenerate completions that the rewards pay for"
             if findings
