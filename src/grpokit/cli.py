@@ -268,7 +268,25 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print(f"\nreasoning-gym datasets ({len(gym)}), for task reasoning_gym's params.dataset, by scoring path:")
         for path, line in scoring_paths(gym):
             print(f"  {path}: {line}")
+        print("\n".join(probe_audit(gym)))
     return 0
+
+
+def probe_audit(datasets: list[str]) -> list[str]:
+    """Each reasoning-gym dataset's probe audit result (grpokit.gym_audit): pays no probe, decided by a
+    grpokit verifier because reasoning-gym's scorer pays one, or refused."""
+    from grpokit.gym_audit import load_audit, summary
+
+    audited = load_audit()
+    lines = [
+        f"\nprobe audit: universal answers (0, nan, banana, the gold off by one, ...) scored on "
+        f"{audited['problems']} problems of each dataset (reasoning-gym {audited['reasoning_gym']}):"
+    ]
+    results = {name: summary(name) for name in datasets}
+    clean = [name for name, result in results.items() if result == "pays no probe"]
+    lines.append(f"  pays no probe ({len(clean)}): " + " ".join(clean))
+    lines += [f"  {name}: {result}" for name, result in results.items() if result != "pays no probe"]
+    return lines
 
 
 def scoring_paths(datasets: list[str]) -> list[tuple[str, str]]:
@@ -285,6 +303,8 @@ def scoring_paths(datasets: list[str]) -> list[tuple[str, str]]:
     )
     titles = {
         "ast": "grpokit's AST evaluator in the trainer; reasoning-gym's parse_expr never sees the answer",
+        "strict": "grpokit's strict verifier in the trainer (the answer read as data); reasoning-gym's scorer paid "
+        "universal answers",
         "sympy": "sympy screen (digits, operators, one-letter symbols, math functions), then the scorer, confined",
         "literal": "Python-literal screen, then the scorer's eval, confined",
         "confined": confined + "; run in the confined worker",
