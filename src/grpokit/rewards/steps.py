@@ -67,24 +67,15 @@ def equations(text: str) -> list[Step]:
     [(-3, '-', 2, -5), (34, '*', 8, 272), (-10, '-', -72, 62)]
     >>> equations("4 + 1 * 5 = 4 + 5 = 9")  # `1 * 5 = 4` is not read out of the longer line
     [(4, '+', 5, 9)]
-    >>> equations("0.5 * 8 = 40, 5 * 8 = 40.5, 5 * 8 = 40/3, 5 * 8 = 40 - 1")  # not whole numbers: see `inexact`
+    >>> equations("0.5 * 8 = 40, 5 * 8 = 40.5, 5 * 8 = 40/3, 5 * 8 = 40 - 1")  # not whole numbers: not read
     []
     """
     return _scan(text)[0]
 
 
-def inexact(text: str) -> int:
-    """How many equations in `text` have an operand or result that is not the whole number written
-    (`0.5 * 8 = 40`, `5 * 8 = 40.5`, `= 40/3`, `= 40^2`, `= 40%`, `= 36 - 1`): each is not the step it
-    looks like, and the rewards score a thought holding one as they score a false equation.
-
-    >>> inexact("0.5 * 8 = 40, 5 * 8 = 40.5, 5 * 8 = 40/3, 5 * 8 = 40 - 1, 3 * 8 = 24.")
-    4
-    """
-    return _scan(text)[1] + sum(exact is None for exact in _lines(text))
-
-
 def _scan(text: str) -> tuple[list[Step], int]:
+    """`equations(text)`, and how many equations there are not of whole numbers (`0.5 * 8 = 40`, `= 40/3`,
+    `= 36 - 1`): `steps` scores a thought holding one as it scores a false equation."""
     found, inexact_count = [], 0
     for match in _EQUATION.finditer(text):
         if _skipped(text, match.start(), match.group(1)):
@@ -122,7 +113,7 @@ def longer_lines(text: str) -> list[tuple[Expression, Expression]]:
 
 
 def _lines(text: str) -> list[tuple[Expression, Expression] | None]:
-    """`longer_lines`, with None for a line that is not of whole numbers (see `inexact`)."""
+    """`longer_lines`, with None for a line that is not of whole numbers (`4 + 1 * 5 = 4.5`)."""
     found: list[tuple[Expression, Expression] | None] = []
     for match in _LINE.finditer(text):
         if _skipped(text, match.start(), match.group(1)):
