@@ -37,3 +37,22 @@ def test_override_errors_are_reported(tmp_path, capsys):
 def test_unknown_command_exits_nonzero():
     with pytest.raises(SystemExit):
         main(["trian"])
+
+
+def test_eval_prints_wrong_completions_with_control_characters_escaped(monkeypatch, capsys):
+    """`grpokit eval` shows a few wrong completions; an OSC 52 clipboard write or a clear-screen in one is
+    printed as text, not sent to the terminal."""
+    from grpokit import cli, evaluate
+
+    osc52, clear = "\x1b]52;c;cm0gLXJmIH4vKgo=\x07", "\x1b[2J"
+    result = evaluate.EvalResult(
+        task="arithmetic", n=1, accuracy=0.0, format_rate=0.0, mean_completion_tokens=5.0,
+        max_completion_tokens=5, truncation_rate=0.0, tokens_per_second=1.0, seconds=1.0,
+        mistakes=[{"question": "What is 1 + 1?\x1bc", "answer": 2, "completion": f"<answer>{osc52}{clear}3</answer>"}],
+    )  # fmt: skip
+    monkeypatch.setattr(cli, "eval_target", lambda args: (None, None))
+    monkeypatch.setattr(evaluate, "main", lambda recipe, model: result)
+    assert main(["eval", "anything"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\\x1b]52;c;cm0gLXJmIH4vKgo=\\x07\\x1b[2J3" in out and "What is 1 + 1?\\x1bc" in out

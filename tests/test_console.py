@@ -180,3 +180,20 @@ def test_a_terminal_run_rewrites_one_line(recipe_file):
         "grpo 10/10",
     ]
     assert not any(re.search(r"\d+/\d+ problems", line) for line in shown)
+
+
+OSC52 = "\x1b]52;c;cm0gLXJmIH4vKgo=\x07"  # sets the terminal's clipboard to `rm -rf ~/*`
+CLEAR_SCREEN = "\x1b[2J\x1b[H"
+
+
+def test_model_text_reaches_the_terminal_escaped():
+    """A log line or progress line carrying model text cannot write the clipboard or clear the screen."""
+    tty = console.Console(stream=Terminal())
+    handler = console.ConsoleHandler(tty)
+    record = logging.LogRecord("grpokit.evaluate", logging.WARNING, __file__, 1, "wrote %s", (OSC52,), None)
+    handler.emit(record)
+    tty.progress(f"grpo 1/3 {CLEAR_SCREEN}\x9b2J\u202eok")
+    out = tty.stream.getvalue()
+    assert "\x1b]" not in out and "\x1b[2J" not in out and "\x9b" not in out and "\u202e" not in out
+    assert "\\x1b]52;c;cm0gLXJmIH4vKgo=\\x07" in out and "\\x1b[2J\\x1b[H\\x9b2J\\u202eok" in out
+    assert out.endswith("\n\r\x1b[Kgrpo 1/3 \\x1b[2J\\x1b[H\\x9b2J\\u202eok")  # the console's own sequences stay

@@ -123,7 +123,10 @@ def tasks(tmp_path_factory):
     folder = tmp_path_factory.mktemp("payload-tasks")
     return {
         "reasoning_gym countdown (the issue's setup)": build_task("reasoning_gym", {"dataset": "countdown"}),
-        "reasoning_gym puzzle24 (sympy screen)": build_task("reasoning_gym", {"dataset": "puzzle24"}),
+        "reasoning_gym puzzle24 (grpokit's AST evaluator)": build_task("reasoning_gym", {"dataset": "puzzle24"}),
+        "reasoning_gym polynomial_multiplication (sympy screen)": build_task(
+            "reasoning_gym", {"dataset": "polynomial_multiplication"}
+        ),
         "reasoning_gym n_queens (literal screen)": build_task("reasoning_gym", {"dataset": "n_queens"}),
         "math (math-verify)": build_task("math", {"source": str(write_jsonl(folder / "n.jsonl", NUMINA))}),
     }

@@ -179,3 +179,82 @@ def test_countdown_partial_credit_pays_nothing_for_degenerate_answers(partial):
     task = build_task("countdown")
     rewards = [(name, 1.0, make_reward(name, task)) for name in (partial, "correctness")]
     assert check(task, rewards, task.dataset("test", 3)) == []
+
+
+FIVE_PROBES = {
+    "puzzle24": "an expression of in-range numbers",
+    "complex_arithmetic": "nan",
+    "number_sorting": "a list of NaN",
+    "game_of_life_halting": "banana",
+    "coin_flip": "0",
+}
+
+
+@pytest.mark.parametrize("dataset", sorted(FIVE_PROBES))
+def test_rewards_check_finds_the_universal_answers_reasoning_gym_s_scorer_pays(dataset, monkeypatch):
+    """With grpokit's verifier off (the task scored by reasoning-gym's own scorer), the check reports the
+    universal answer; with it on, nothing."""
+    from grpokit.parsing import extract_answer
+
+    task = build_task("reasoning_gym", {"dataset": dataset, "validation_fraction": 0.1, "test_fraction": 0.5})  # puzzle24 generates slowly
+    rows = task.dataset("test", 8)
+    rewards = [("correctness", 1.0, make_reward("correctness", task))]
+    assert check(task, rewards, rows) == []
+
+    def raw(completion, example):  # reasoning-gym's score_answer, at grpokit's threshold
+        answer = extract_answer(completion, tags=task.tags)
+        entry = task.entry(int(example["gym_index"]))
+        return 1.0 if answer is not None and task.data.score_answer(answer, entry) >= 1.0 else 0.0
+
+    # The universal-answer part of the check only: the rest of the battery (code, `9**9**9`) would run
+    # reasoning-gym's parse_expr unconfined in this process.
+    monkeypatch.setattr(task, "score", raw)
+    cases = {f.case for f in redteam.universal(task, rows)}
+    assert f"universal answer: {FIVE_PROBES[dataset]}" in cases
+
+
+def test_a_universal_answer_or_a_slow_verifier_is_a_finding():
+    task = build_task("arithmetic")
+    rows = task.dataset("test", 4)
+
+    def zero_is_right(completion, example):  # a verifier that pays `0` everywhere, and sleeps on `banana`
+        if "banana" in completion:
+            time.sleep(0.06)
+        return 1.0 if "<answer>0</answer>" in completion else 0.0
+
+    task.score = zero_is_right  # an instance attribute: this task object only
+    findings = redteam.universal(task, rows, slow_seconds=0.05)
+    problems = {(f.case, f.problem.split(" on ")[0].split(" took ")[0]) for f in findings}
+    assert ("universal answer: 0", "the task's verifier pays it") in problems
+    assert ("universal answer: banana", "the task's verifier") in problems
+
+
+@pytest.mark.parametrize("dataset", ["complex_arithmetic", "number_sorting", "game_of_life_halting", "coin_flip"])
+def test_rewards_check_on_a_recipe_reports_the_universal_answer_only_without_grpokit_s_verifier(
+    dataset, tmp_path, capsys, monkeypatch
+):
+    """`grpokit rewards check` on the shipped reasoning-gym recipe set to each dataset: no findings; with
+    the task scored by reasoning-gym's own scorer (these four read the answer as data: safe in-process),
+    the universal answer is reported. puzzle24's raw scorer is exercised above, not here: its parse_expr
+    would run the battery's code cases unconfined."""
+    import yaml
+
+    from grpokit.parsing import extract_answer
+    from grpokit.tasks.gym import ReasoningGymTask
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "smollm2" / "reasoning_gym_grpo.yaml"
+    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    raw["task"]["params"] = {"dataset": dataset, "validation_fraction": 0.1, "test_fraction": 0.5}
+    path = tmp_path / f"{dataset}.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert main(["rewards", "check", str(path), "--n", "8"]) == 0, capsys.readouterr().out
+    assert "no findings" in capsys.readouterr().out
+
+    def reasoning_gym_score(self, completion, example):
+        answer = extract_answer(completion, tags=self.tags)
+        entry = self.entry(int(example["gym_index"]))
+        return 1.0 if answer is not None and self.data.score_answer(answer, entry) >= 1.0 else 0.0
+
+    monkeypatch.setattr(ReasoningGymTask, "score", reasoning_gym_score)
+    assert main(["rewards", "check", str(path), "--n", "8"]) == 1
+    assert f"universal answer: {FIVE_PROBES[dataset]}: the task's verifier pays it on" in capsys.readouterr().out

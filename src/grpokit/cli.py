@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from grpokit.config import Recipe, RecipeError, apply_override, build_recipe, load_recipe
+from grpokit.console import printable
 
 SHOWN_MISTAKES = 5  # wrong answers `grpokit eval` prints (its --out file keeps up to eval.mistakes)
 
@@ -156,8 +157,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if result.mistakes:  # a few of what it got wrong, on one line each; --out keeps them all
         wrong = round((1 - result.accuracy) * result.n)
         print(f"\nwrong answers ({min(len(result.mistakes), SHOWN_MISTAKES)} of {wrong}):")
-        for row in result.mistakes[:SHOWN_MISTAKES]:
-            print(f"  {row['question']}  gold {row['answer']}  wrote: {' '.join(row['completion'].split())[:160]}")
+        for row in result.mistakes[:SHOWN_MISTAKES]:  # model text is data: control characters are escaped
+            wrote = " ".join(row["completion"].split())[:160]
+            print(printable(f"  {row['question']}  gold {row['answer']}  wrote: {wrote}"))
     if args.out:
         result.save(Path(args.out))
         print(f"result: {args.out}")
@@ -266,7 +268,25 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print(f"\nreasoning-gym datasets ({len(gym)}), for task reasoning_gym's params.dataset, by scoring path:")
         for path, line in scoring_paths(gym):
             print(f"  {path}: {line}")
+        print("\n".join(probe_audit(gym)))
     return 0
+
+
+def probe_audit(datasets: list[str]) -> list[str]:
+    """Each reasoning-gym dataset's probe audit result (grpokit.gym_audit): pays no probe, decided by a
+    grpokit verifier because reasoning-gym's scorer pays one, or refused."""
+    from grpokit.gym_audit import load_audit, summary
+
+    audited = load_audit()
+    lines = [
+        f"\nprobe audit: universal answers (0, nan, banana, the gold off by one, ...) scored on "
+        f"{audited['problems']} problems of each dataset (reasoning-gym {audited['reasoning_gym']}):"
+    ]
+    results = {name: summary(name) for name in datasets}
+    clean = [name for name, result in results.items() if result == "pays no probe"]
+    lines.append(f"  pays no probe ({len(clean)}): " + " ".join(clean))
+    lines += [f"  {name}: {result}" for name, result in results.items() if result != "pays no probe"]
+    return lines
 
 
 def scoring_paths(datasets: list[str]) -> list[tuple[str, str]]:
@@ -283,6 +303,8 @@ def scoring_paths(datasets: list[str]) -> list[tuple[str, str]]:
     )
     titles = {
         "ast": "grpokit's AST evaluator in the trainer; reasoning-gym's parse_expr never sees the answer",
+        "strict": "grpokit's strict verifier in the trainer (the answer read as data); reasoning-gym's scorer paid "
+        "universal answers",
         "sympy": "sympy screen (digits, operators, one-letter symbols, math functions), then the scorer, confined",
         "literal": "Python-literal screen, then the scorer's eval, confined",
         "confined": confined + "; run in the confined worker",
@@ -304,7 +326,7 @@ def cmd_rewards(args: argparse.Namespace) -> int:
 
         findings = redteam.main(load_recipe(args.recipe), args.n)
         for finding in findings:
-            print(finding)
+            print(printable(str(finding)))
         print(
             f"{len(findings)} finding(s): degenerate completions that the rewards pay for"
             if findings

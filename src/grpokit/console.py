@@ -26,6 +26,20 @@ from typing import Any, TextIO
 
 QUIET, NORMAL, VERBOSE = "quiet", "normal", "verbose"
 _CLEAR = "\r\x1b[K"  # carriage return, erase to the end of the line
+# What a terminal acts on instead of showing: C0 controls but tab and newline (ESC starts CSI/OSC sequences:
+# cursor moves, clear screen, OSC 52 clipboard writes), DEL, C1 controls (8-bit CSI and OSC), and the
+# bidirectional controls that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    r"""`text` with every terminal control character written as its escape (`\x1b`), so model output
+    printed to a terminal stays data: it cannot clear the screen, move the cursor or set the clipboard.
+
+    >>> print(printable("42\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b2J ok"))
+    42\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b2J ok
+    """
+    return _CONTROL.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
 class Console:
@@ -45,8 +59,9 @@ class Console:
         return bool(getattr(self.stream, "isatty", lambda: False)())
 
     def line(self, text: str) -> None:
-        """A whole line; on a terminal it goes above the live line, which is redrawn if it belongs to a stage."""
-        out = self.stream
+        """A whole line; on a terminal it goes above the live line, which is redrawn if it belongs to a stage.
+        Control characters in `text` are escaped (`printable`)."""
+        out, text = self.stream, printable(text)
         if self.tty and self.live is not None:
             out.write(_CLEAR + text + "\n")
             if self.sticky:
@@ -58,7 +73,8 @@ class Console:
         out.flush()
 
     def progress(self, text: str, sticky: bool = True) -> None:
-        """Rewrite the live line on a terminal; print it as a line elsewhere."""
+        """Rewrite the live line on a terminal; print it as a line elsewhere. Control characters are escaped."""
+        text = printable(text)
         if not self.tty:
             self.line(text)
             return

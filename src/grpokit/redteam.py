@@ -6,6 +6,10 @@ exponents, unicode digits, 100 KB of text, plus the task's own tricks). A case i
 weighted reward beats an honest, well-formed wrong answer, when the task's verifier accepts it, when a
 reward raises, or when one call takes over a second. The honest wrong answer is checked to be wrong:
 if the task's verifier accepts it, no candidate is used and that is a finding of its own.
+
+Universal answers (`grpokit.probes`: `0`, `nan`, `banana`, `[]`, another problem's gold, the gold off by
+one, a list of NaN, `1*2*3*4`, ...) are scored by the task's verifier on every problem checked: one paid
+on more than one problem is a finding, and so is one whose scoring takes over a second.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from grpokit import probes
 from grpokit.parsing import normalize_completion, retag
 from grpokit.tasks.base import Example, Task
 
@@ -61,9 +66,10 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
         ),
         *((name, f"<think>x</think><answer>{code}</answer>") for name, code in INJECTIONS),
         ("huge exponent", "<think>x</think><answer>9**9**9</answer>"),
-        ("unicode digits", f"<think>x</think><answer>{answer.translate(_FULLWIDTH)}</answer>"),
         ("100 KB completion", "<think>" + "x" * 100_000 + f"</think><answer>{answer}</answer>"),
     ]
+    if answer.translate(_FULLWIDTH) != answer:  # a gold without digits (`False`) is unchanged: not a case
+        cases.append(("unicode digits", f"<think>x</think><answer>{answer.translate(_FULLWIDTH)}</answer>"))
     return [(name, retag(completion, task.tags)) for name, completion in cases + task.adversarial(example)]
 
 
@@ -91,7 +97,31 @@ def check(
             if _safe_score(task, normalize_completion(completion, think_prefilled, task.tags), example) > 0:
                 problems.append("the task's verifier accepts it")
             findings += [Finding(case, p, completion) for p in problems]
-    return findings
+    return findings + universal(task, examples, slow_seconds)
+
+
+def universal(task: Task, examples: list[Example], slow_seconds: float | None = SLOW_SECONDS) -> list[Finding]:
+    """The probe battery through `task.score` on every example: a probe paid on more than one of them, or
+    one whose scoring took over `slow_seconds`, is a finding (None leaves time out)."""
+    if len(examples) < 2:
+        return []
+
+    def completion(answer: str) -> str:
+        return retag(f"<think>x</think><answer>{answer}</answer>", task.tags)
+
+    result = probes.audit(
+        lambda answer, i: _safe_score(task, completion(answer), examples[i]),
+        [str(example["answer"]) for example in examples],
+        slow_seconds=slow_seconds,
+    )
+    paid = [
+        (name, f"the task's verifier pays it on {n} of {len(examples)} problems")
+        for name, n in result.universal().items()
+    ]
+    slow = [(name, f"the task's verifier took {seconds:.1f} s") for name, seconds in result.slow.items()]
+    return [
+        Finding(f"universal answer: {name}", problem, completion(result.answers[name])) for name, problem in paid + slow
+    ]
 
 
 def _total(

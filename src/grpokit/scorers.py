@@ -9,7 +9,7 @@ reasoning-gym `eval` only after passing the screen written for that verifier's l
   name may be called only if it is a math function; no value too costly to compute
   (`grpokit.size_bounds`). Constructs that hedge or cost (relations, `\\pm`, `\\approx`, "or", sums,
   integrals) pass only when the gold uses them too; text equal to the gold always passes.
-- `sympy_refusal`: sympy expressions (reasoning-gym's puzzle24, polynomial and integration scorers):
+- `sympy_refusal`: sympy expressions (reasoning-gym's polynomial and integration scorers):
   digits, operators, one-letter symbols and a list of math functions, nothing else, and no value too
   costly to compute.
 - `literal_refusal`: Python literals (reasoning-gym scorers that `eval` a list): the answer must be a
@@ -200,13 +200,18 @@ def math_equal(answer: str, gold: str) -> bool:
 # ---------------------------------------------------------------- reasoning-gym
 
 AUDITED_GYM_VERSION = "0.1.25"
-# How each reasoning-gym scorer that evaluates the answer is made safe. Read from reasoning-gym
-# 0.1.25's score_answer methods: "ast" is decided by grpokit's own evaluator in the trainer; "sympy"
-# and "literal" name the screen run before the scorer. Every other dataset's scorer reads the answer
-# as data in 0.1.25 ("confined"); all of them run only in the confined worker.
+# How each reasoning-gym scorer that evaluates the answer, or pays universal answers, is made safe. Read
+# from reasoning-gym 0.1.25's score_answer methods and probed (grpokit.gym_audit): "ast" and "strict" are
+# decided in the trainer by grpokit's own verifier (grpokit.gym_verifiers: its AST evaluator, or a strict
+# parser of the answer as data); "sympy" and "literal" name the screen run before the scorer. Every other
+# dataset's scorer reads the answer as data in 0.1.25 ("confined"); all of them run only in the confined worker.
 GYM_PATHS = {
     "countdown": "ast",
-    "puzzle24": "sympy",
+    "puzzle24": "ast",
+    "complex_arithmetic": "strict",
+    "number_sorting": "strict",
+    "game_of_life_halting": "strict",
+    "coin_flip": "strict",
     "polynomial_multiplication": "sympy",
     "simple_integration": "sympy",
     "intermediate_integration": "sympy",
@@ -215,11 +220,20 @@ GYM_PATHS = {
     "string_insertion": "literal",
     "n_queens": "literal",
 }
-_SCREENS = {"sympy": sympy_refusal, "literal": literal_refusal}
+
+
+def _arithmetic_refusal(answer: str) -> str | None:
+    from grpokit.expressions import evaluate_expression
+
+    return None if evaluate_expression(answer, allow_unary_minus=True) else "not plain arithmetic"
+
+
+_SCREENS = {"sympy": sympy_refusal, "literal": literal_refusal, "ast": _arithmetic_refusal}
+IN_TRAINER = ("ast", "strict")  # paths whose verdict is grpokit's, never reasoning-gym's scorer
 
 
 def gym_path(dataset: str) -> str:
-    """'ast', 'sympy', 'literal' or 'confined': how grpokit scores answers for this dataset."""
+    """'ast', 'strict', 'sympy', 'literal' or 'confined': how grpokit scores answers for this dataset."""
     return GYM_PATHS.get(dataset, "confined")
 
 
@@ -240,8 +254,8 @@ def _gym_dataset(name: str, params: tuple) -> Any:
 
 def gym_score(name: str, params: dict, index: int, entry: dict | None, answer: str) -> float:
     """reasoning-gym's own `score_answer`, for answers that pass `gym_refusal`. `entry` may be None:
-    it is then generated again from `index` (slower)."""
-    if gym_path(name) == "ast" or gym_refusal(name, answer) is not None:
+    it is then generated again from `index` (slower). A dataset grpokit verifies itself scores 0 here."""
+    if gym_path(name) in IN_TRAINER or gym_refusal(name, answer) is not None:
         return 0.0
     dataset = _gym_dataset(name, tuple(sorted(params.items())))
     return float(dataset.score_answer(answer, entry if entry is not None else dataset[index]))
@@ -254,7 +268,7 @@ def warm_up(modules: list[str]) -> None:
             math_equal(answer, gold)
         _parse_gold.cache_clear()
     if "reasoning_gym" in modules:
-        for name, answer in (("puzzle24", "(1 + 2) * 8"), ("n_queens", "[[1]]"), ("basic_arithmetic", "2")):
+        for name, answer in (("polynomial_multiplication", "2*x"), ("n_queens", "[[1]]"), ("basic_arithmetic", "2")):
             dataset = _gym_dataset(name, (("seed", 0), ("size", 1)))
             dataset.score_answer(answer, dataset[0])
         _gym_dataset.cache_clear()

@@ -132,3 +132,23 @@ def test_format_with_an_answer_regex_pays_only_answers_that_match_whole(answer, 
 def test_format_answer_regex_errors_name_the_fix():
     with pytest.raises(ValueError, match=r"answer_regex '\[0-9' is not a regular expression.*-\?\[0-9\]\+"):
         make_reward("format", build_task("arithmetic"), {"answer_regex": "[0-9"})
+
+
+@pytest.mark.parametrize("completion", ["</think><answer>42</answer>", "x</think><answer>42</answer>"])
+def test_a_closing_thought_tag_counts_only_after_an_opening_one(completion):
+    """The docstring's promise: `</think>` earns only after `<think>`, so no `<think>` earns 0.5 at most."""
+    assert make_reward("tag_count", task=None)(completion, {}) == 0.5
+    assert make_reward("format_partial", task=None)(completion, {}) == 0.5
+
+
+INVISIBLE = ["\u200b", "\u200b\u200c\u200d", "\u2060", "\ufeff", "\u00ad", "\u3000", "\u00a0 \u2003"]
+INVISIBLE += ["\u3164", "\u2800"]  # a Hangul filler and the blank Braille pattern: filed as letter and symbol
+
+
+@pytest.mark.parametrize("name", ["format", "format_lenient", "tag_count", "format_partial"])
+@pytest.mark.parametrize("blank", INVISIBLE, ids=[ascii(b) for b in INVISIBLE])
+def test_an_answer_of_invisible_characters_is_empty_for_every_format_reward(name, blank):
+    reward = make_reward(name, task=None)
+    empty = reward("<think>a</think><answer></answer>", {})
+    assert reward(f"<think>a</think><answer>{blank}</answer>", {}) == empty
+    assert reward(f"<think>a</think><answer>{blank}42{blank}</answer>", {}) == reward(GOOD, {}) == 1.0

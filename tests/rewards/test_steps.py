@@ -120,3 +120,54 @@ def test_steps_attempted_pays_for_setting_out_a_step_right_or_wrong(task, though
 def test_steps_attempted_needs_worked_steps():
     with pytest.raises(ValueError, match="steps_attempted.*worked steps"):
         make_reward("steps_attempted", build_task("countdown"))
+
+
+@pytest.mark.parametrize(
+    "thought",
+    [
+        "0.5 * 8 = 40.",  # a decimal operand
+        "-5 * 8 = 40.",  # a signed operand: -40, a false equation
+        "−5 * 8 = 40.",  # ... with the unicode minus
+        "5 * 8 = 40.5.",  # a decimal result
+        "5 * 8 = 40/3.",  # a fraction
+        "5 * 8 = 40^2.",  # a power
+        "5 * 8 = 40 ** 2.",
+        "5 * 8 = 40%.",  # a percent
+        "5 * 8 = 40 - 1.",  # a result that goes on: 39
+    ],
+)
+def test_a_step_counts_only_when_its_numbers_are_the_whole_numbers_written(task, thought):
+    """Each thought shows `5 * 8 = 40` inside other arithmetic: it is not that step, and it scores as a
+    false equation does (0), beside the true sum."""
+    row = {"steps": ["5 * 8 = 40.", "7 + 40 = 47."], "answer": 47}
+    reward = make_reward("steps", task)
+    assert reward("<think>5 * 8 = 40. 7 + 40 = 47.</think><answer>47</answer>", row) == 1.0
+    assert reward(f"<think>{thought} 7 + 40 = 47.</think><answer>47</answer>", row) == 0.0
+
+
+def test_a_chain_and_a_sentence_end_still_read_as_whole_steps(task):
+    row = {"steps": ["5 * 8 = 40.", "7 + 40 = 47."], "answer": 47}
+    reward = make_reward("steps", task)
+    assert reward("<think>5 * 8 = 40 + 7 = 47</think><answer>47</answer>", row) == 1.0
+    assert reward("<think>5*8=40, 7+40=47.</think><answer>47</answer>", row) == 1.0
+
+
+NEGATIVE_CONFIGS = [
+    {"min_value": -10, "max_value": 10},
+    {"min_value": -100, "max_value": 100, "operands": 4, "operators": ["+", "-", "*"]},
+    {"min_value": -100, "max_value": -1, "operators": ["-", "*"]},
+    {"min_value": -1000000, "max_value": 1000000, "operands": 8, "operators": ["*", "-"], "all_operators": False},
+    {"min_value": -3, "max_value": 3, "operands": 5, "operators": ["+", "-", "*"]},
+    {"min_value": -50, "max_value": 50, "operands": 2, "operators": ["-"]},
+]
+
+
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "any"])
+@pytest.mark.parametrize("config", NEGATIVE_CONFIGS, ids=lambda c: f"{c['min_value']}..{c['max_value']}")
+def test_every_demonstration_scores_one_with_negative_operands(config, split_sums):
+    """`-10 - (-72) = 62` is read with its sign: the task's own worked steps earn the whole reward."""
+    task = build_task("arithmetic", {**config, "split_sums": split_sums})
+    reward = make_reward("steps", task)
+    rows = task.dataset("train", 60, distinct=False)
+    assert any(step.startswith("-") for row in rows for step in row["steps"])  # a bare sign is exercised
+    assert [reward(task.demonstration(row), row) for row in rows] == [1.0] * len(rows)

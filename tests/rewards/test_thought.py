@@ -29,6 +29,13 @@ def reward():
         ("16 + 20 = 36, 20 / 16 = 1.5.", 0.0),  # a false step hidden behind a decimal result
         ("16 + 20 = 36, 1.5 * 20 = 36.", 0.0),  # ... or a decimal operand
         ("16 + 20 = 36, 36 - 1 = 35. 1.", 1.0),  # a number ending a sentence is not a decimal step
+        ("16 + 20 = 36/2, 36 - 1 = 35.", 0.0),  # the result goes on: 18, not 36
+        ("16 + 20 = 36 - 1, 36 - 1 = 35.", 0.0),  # ... 35
+        ("16 + 20 = 36^2, 36 - 1 = 35.", 0.0),
+        ("16 + 20 = 36%, 36 - 1 = 35.", 0.0),
+        ("-16 + 20 = 36, 36 - 1 = 35.", 0.0),  # read with its sign: 4, and -16 is not a number of the problem
+        ("1 - 16 + 20 = 36, 36 - 1 = 35.", 0.0),  # a step inside a longer expression: 5, not 36
+        ("16 + 20 = 36 - 1 = 35.", 1.0),  # a chain: both links read, both true
     ],
 )
 def test_true_steps_pays_only_true_equations_on_the_problems_numbers(reward, thought, expected):

@@ -1,3 +1,5 @@
+import functools
+import re
 import subprocess
 import sys
 import textwrap
@@ -75,7 +77,7 @@ def test_countdown_is_decided_by_the_ast_evaluator_and_agrees_with_reasoning_gym
 
     import reasoning_gym.games.countdown as gym_countdown
 
-    from grpokit.tasks.gym import countdown_score
+    from grpokit.gym_verifiers import countdown as countdown_score
 
     rng = random.Random(0)
     checked = 0
@@ -132,3 +134,98 @@ def test_tasks_command_lists_the_scoring_paths(capsys):
     for path in ("ast:", "sympy:", "literal:", "confined:"):
         assert path in out
     assert "countdown" in out.split("ast:")[1].split("sympy:")[0]
+
+
+# The five datasets whose reasoning-gym scorer paid universal answers (issue 53): grpokit's verifiers pay none.
+FIVE = ["puzzle24", "complex_arithmetic", "number_sorting", "game_of_life_halting", "coin_flip"]
+
+
+@pytest.mark.parametrize("dataset", FIVE)
+def test_the_probe_audit_finds_the_hole_and_grpokit_pays_no_probe(dataset):
+    """The full audit (every probe on 32 problems) of each of the five: reasoning-gym's own scorer pays a
+    universal answer on more than one problem, grpokit's path pays none, and the shipped audit says so."""
+    from grpokit.gym_audit import audit_dataset, load_audit
+
+    result = audit_dataset(dataset)
+    assert result["raw"], "reasoning-gym's scorer no longer pays any probe: re-check this dataset"
+    assert result["grpokit"] == {} and result["slow"] == {}
+    shipped = load_audit()["datasets"][dataset]
+    assert (shipped["raw"], shipped["grpokit"]) == (result["raw"], result["grpokit"])
+
+
+@functools.cache
+def gym_task(dataset):
+    """The task and 8 held-out rows (half the problems held out: puzzle24's generator is slow)."""
+    task = build_task("reasoning_gym", {"dataset": dataset, "validation_fraction": 0.1, "test_fraction": 0.5})
+    return task, task.dataset("test", 8)
+
+
+@pytest.mark.parametrize(
+    ("dataset", "probe"),
+    [
+        ("puzzle24", "1*2*3*4"),
+        ("puzzle24", "(1+1+1)*8"),
+        ("complex_arithmetic", "nan"),
+        ("number_sorting", "[NaN, NaN, NaN, NaN, NaN, NaN, NaN, NaN, NaN, NaN]"),
+        ("game_of_life_halting", "banana"),
+        ("coin_flip", "0"),
+    ],
+)
+def test_the_issue_s_universal_answers_score_nothing_through_the_task(dataset, probe):
+    task, rows = gym_task(dataset)
+    assert [task.score(f"<think>x</think><answer>{probe}</answer>", row) for row in rows] == [0.0] * 8
+    assert all(task.score(task.demonstration(row), row) == 1.0 for row in rows)  # the gold still scores
+
+
+def test_grpokit_s_verifiers_agree_with_reasoning_gym_on_right_answers():
+    """Each verifier pays the gold and the forms reasoning-gym's scorer fully pays that are exact."""
+    import reasoning_gym
+
+    from grpokit.gym_verifiers import verify
+
+    rewrites = {
+        "puzzle24": lambda gold: [gold, f"({gold})", gold.replace(" ", "")],
+        "complex_arithmetic": lambda gold: [gold, f"({gold})", re.sub(r"\.0+(?![0-9])", "", gold).replace(" ", "")],
+        "number_sorting": lambda gold: [gold, gold.replace("'", "")],
+        "game_of_life_halting": lambda gold: [gold, gold.lower(), f" {gold.upper()} "],
+        "coin_flip": lambda gold: [gold],
+    }
+    for dataset, forms in rewrites.items():
+        data = reasoning_gym.create_dataset(dataset, seed=1, size=40)
+        for index in range(40):
+            entry = data[index]
+            for answer in forms(str(entry["answer"])):
+                assert data.score_answer(answer, entry) == 1.0, (dataset, answer)
+                assert verify(dataset, answer, entry) == 1.0, (dataset, answer)
+
+
+def test_a_dataset_the_audit_finds_paying_a_probe_is_refused_naming_it(monkeypatch):
+    from grpokit import gym_audit
+
+    audited = {"problems": 32, "datasets": {"basic_arithmetic": {"raw": {"nan": 5}, "grpokit": {"nan": 5}}}}
+    monkeypatch.setattr(gym_audit, "load_audit", lambda: audited)
+    with pytest.raises(RecipeError, match="'basic_arithmetic' is refused: .*universal answer 'nan' on 5 of 32"):
+        build_task("reasoning_gym", {"dataset": "basic_arithmetic"})
+    with pytest.raises(RecipeError, match="'composite' is refused: .*past grpokit's verifiers"):
+        build_task("reasoning_gym", {"dataset": "composite"})
+
+
+def test_the_shipped_audit_covers_every_dataset():
+    from reasoning_gym.factory import DATASETS
+
+    from grpokit.gym_audit import load_audit, refusal
+
+    audited = load_audit()["datasets"]
+    assert set(audited) == set(DATASETS)
+    # nothing grpokit scores pays a probe: a dataset whose path does is refused
+    assert [name for name, result in audited.items() if result.get("grpokit") and refusal(name) is None] == []
+
+
+def test_tasks_command_shows_the_probe_audit_per_dataset(capsys):
+    from grpokit.cli import main
+
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out.split("probe audit")[1]
+    assert "complex_arithmetic: grpokit verifier (reasoning-gym's scorer pays 'nan' on 32)" in out
+    assert "composite: refused" in out
+    assert "basic_arithmetic" in out.split("pays no probe")[1].splitlines()[0]

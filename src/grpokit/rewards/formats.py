@@ -1,8 +1,13 @@
-"""Format rewards: strict R1 format, and partial credit for the tags while the model is learning them."""
+"""Format rewards: strict R1 format, and partial credit for the tags while the model is learning them.
+
+Every format reward treats an answer of invisible characters only (a zero-width space, other format or
+blank-rendering characters) as empty: it shows nothing, so it earns what `<answer></answer>` earns.
+"""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from grpokit.parsing import (
     MAX_COMPLETION_CHARS,
@@ -34,7 +39,7 @@ def make_format(task: Task, answer_regex: str | None = None) -> Reward:
     pattern = _compile(answer_regex)
 
     def format_reward(completion: str, example: dict) -> float:
-        if not is_strict_format(completion, tags):
+        if not is_strict_format(completion, tags) or not visible_answer(completion, tags):
             return 0.0
         if pattern is None:
             return 1.0
@@ -45,6 +50,23 @@ def make_format(task: Task, answer_regex: str | None = None) -> Reward:
 
 
 _MAX_ANSWER_CHARS = 1000  # a recipe's pattern never runs over a long answer
+# Characters that render as nothing though Unicode files them as letters or symbols (fillers, a blank pattern).
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\u034f\u17b4\u17b5")
+
+
+def visible(text: str) -> bool:
+    """True when `text` holds a character that shows: not a control, format (zero-width), separator,
+    unassigned or private-use character, nor a blank filler.
+
+    >>> [visible(t) for t in ("42", " \u200b\u2060\ufeff", "\u3000\u00a0", "\u3164")]
+    [True, False, False, False]
+    """
+    return any(c not in _BLANK and unicodedata.category(c)[0] not in "CZ" for c in text)
+
+
+def visible_answer(completion: str, tags=THINK_TAGS) -> bool:
+    """True when the completion's answer (the last answer block after the thought) shows something."""
+    return visible(extract_answer(completion, tags=tags) or "")
 
 
 def _compile(answer_regex: str | None) -> re.Pattern | None:
@@ -74,7 +96,7 @@ def make_format_lenient(task: Task) -> Reward:
         text = completion[:MAX_COMPLETION_CHARS]
         think_open = text.find(tags.think_open)
         closed = think_open != -1 and think_open < text.find(tags.think_close)
-        return 1.0 if closed and answer_after_thought(text, tags) else 0.0
+        return 1.0 if closed and answer_after_thought(text, tags) and visible_answer(text, tags) else 0.0
 
     return format_lenient_reward
 
@@ -84,11 +106,14 @@ def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
     """0.25 per tag that appears exactly once, less `trailing_penalty` per character after `</answer>`.
 
     A repeated tag earns nothing, so tag spam cannot farm it. The answer tags earn only around a
-    non-empty answer that comes after every thought tag (not inside, before or around the thought),
-    and `</think>` only after `<think>`. The result stays in [0, 1].
+    non-empty (visible) answer that comes after every thought tag (not inside, before or around the
+    thought), and `</think>` only after a `<think>`: a completion without `<think>` earns 0.5 at most.
+    The result stays in [0, 1].
 
     >>> make_tag_count(None)("<think>x</think><answer>6</answer>" + "!" * 100, {})
     0.9
+    >>> make_tag_count(None)("</think><answer>42</answer>", {})
+    0.5
     """
     if trailing_penalty < 0:
         raise ValueError(f"trailing_penalty={trailing_penalty}; it must be >= 0")
@@ -98,8 +123,10 @@ def make_tag_count(task: Task, trailing_penalty: float = 0.001) -> Reward:
         text = completion[:MAX_COMPLETION_CHARS]
         counts = tag_counts(text, tags)
         score = 0.25 * (counts[tags.think_open] == 1)
-        score += 0.25 * (counts[tags.think_close] == 1 and text.find(tags.think_open) < text.find(tags.think_close))
-        if answer_after_thought(text, tags):  # `<answer></answer>` or an answer out of place says nothing
+        think_open = text.find(tags.think_open)
+        score += 0.25 * (counts[tags.think_close] == 1 and -1 < think_open < text.find(tags.think_close))
+        # `<answer></answer>`, an invisible answer or an answer out of place says nothing
+        if answer_after_thought(text, tags) and visible_answer(text, tags):
             score += 0.25 * (counts[tags.answer_open] == 1) + 0.25 * (counts[tags.answer_close] == 1)
         if counts[tags.answer_close] >= 1:
             trailing = text.rsplit(tags.answer_close, 1)[1].strip()

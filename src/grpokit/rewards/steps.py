@@ -8,8 +8,11 @@ true equations that are not steps of this problem earn nothing either. Nor does 
 until one is a step (`7 + 20 = 27. 7 + 21 = 28. ...` for `7 + 24`, or every units sum `0 + 7 = 7 ...`
 when the task splits its sums): a thought with more than `2 * steps + 2` equations scores 0. A line that
 keeps the problem whole and works it down (`7 + 3 * 8 = 7 + 24 = 31`) is read as the steps it does, and
-its sides must be equal; `3 * 8 = 7` is not read out of it. Equations are checked with integer
-arithmetic on the parsed digits; the text is never evaluated.
+its sides must be equal; `3 * 8 = 7` is not read out of it. A step is read only as the whole numbers it
+writes: a bare sign belongs to its number (`-10 - (-72) = 62`), and an equation with a decimal, fraction,
+power or percent around its numbers, or a result that goes on (`0.5 * 8 = 40`, `5 * 8 = 40/3`,
+`5 * 8 = 40 - 1`), is not the step `5 * 8 = 40` and scores as a false one. Equations are checked with
+integer arithmetic on the parsed digits; the text is never evaluated.
 
 `steps_attempted` pays the share of steps set out in the thought whatever their results: shaping for
 a first R1-zero stage, where right steps are too rare to learn from.
@@ -27,55 +30,97 @@ from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.arithmetic import solve
 from grpokit.tasks.base import Task
 
-_TERM = r"\(-[0-9]{1,12}\)|[0-9]{1,12}"
+_DIGITS = "[0-9]{1,60}"  # wide enough for any value the arithmetic task's configs reach
+_TERM = rf"\([-−]{_DIGITS}\)|{_DIGITS}"  # an operand: a whole number, a negative one in brackets
+_FIRST = rf"[-−]?{_DIGITS}|{_TERM}"  # the first term of a side may carry a bare sign: `-10 - (-72)`
 _OP = r"[-+*×x−]"
 _MORE = rf"\s*{_OP}\s*(?:{_TERM})"  # one more operation of an expression
 # A lookahead finds overlapping equations, so a chain `3 * 8 = 24 + 7 = 31` is read as both of its links;
 # no digit may touch either end, so `34 * 8 = 272` is not also read as `4 * 8 = 272`.
-_EQUATION = re.compile(rf"(?<![0-9)])(?=({_TERM})\s*({_OP})\s*({_TERM})\s*=\s*(-?[0-9]{{1,24}})(?![0-9]))")
+_EQUATION = re.compile(rf"(?<![0-9)])(?=({_FIRST})\s*({_OP})\s*({_TERM})\s*=\s*([-−]?{_DIGITS})(?![0-9]))")
 # A longer line that keeps the problem whole and works it down, `4 + 1 * 5 = 4 + 5`: an expression of 2 to
 # 8 operations equated to another of up to 8.
-_LINE = re.compile(rf"(?<![0-9)])(?=((?:{_TERM})(?:{_MORE}){{2,8}})\s*=\s*((?:{_TERM})(?:{_MORE}){{0,8}})(?![0-9]))")
+_LINE = re.compile(rf"(?<![0-9)])(?=((?:{_FIRST})(?:{_MORE}){{2,8}})\s*=\s*((?:{_FIRST})(?:{_MORE}){{0,8}})(?![0-9]))")
 _PART = re.compile(rf"({_TERM})|({_OP})")
 # An `x op y` right after `n op` is the tail of a longer expression (`1 * 5` in `4 + 1 * 5 = 4 + 5`), not
-# the left side of an equation.
+# the left side of an equation; a sign right after a number is a minus (`3 -5`).
 _CONTINUES_LEFT = re.compile(rf"[0-9)]\s*{_OP}\s*$")
+_TERM_END = re.compile(r"[0-9)]\s*$")
+# What makes a written number other than the whole number read: a decimal or a fraction, power or percent
+# around it (`0.5 * 8 = 40`, `= 40.5`, `= 40/3`, `= 40^2`, `= 40%`), or an operator after the result that
+# does not start the next link of a chain (`= 36 - 1`, where `= 36 - 1 = 35` is a chain).
+_INEXACT_BEFORE = re.compile(r"(?:\.|[/^÷]\s*)$")
+_INEXACT_AFTER = re.compile(rf"\.[0-9]|\s*(?:[/^%!÷²³¹⁰⁴-⁹]|\*\*|(?:[-+*×−]|x(?![A-Za-z]))(?!\s*(?:{_TERM})\s*=))")
 _OPERATOR = {"+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "x": "*"}
 Step = tuple[int, str, int, int]
 Expression = tuple[tuple[int, ...], tuple[str, ...]]  # its terms, and the operators between them
 
 
 def equations(text: str) -> list[Step]:
-    """Every `x op y = z` in `text` that is a whole equation, operators normalised to + - *.
+    """Every `x op y = z` in `text` that is a whole equation of whole numbers, operators normalised to + - *.
 
     >>> equations("First 3 × 8 = 24, then 7 + 24 = 31.")
     [(3, '*', 8, 24), (7, '+', 24, 31)]
     >>> equations("3 * 8 = 24 + 7 = 31")  # a chain: both links
     [(3, '*', 8, 24), (24, '+', 7, 31)]
-    >>> equations("(-3) - 2 = -5; 34 * 8 = 272")
-    [(-3, '-', 2, -5), (34, '*', 8, 272)]
+    >>> equations("(-3) - 2 = -5; 34 * 8 = 272; -10 - (-72) = 62")
+    [(-3, '-', 2, -5), (34, '*', 8, 272), (-10, '-', -72, 62)]
     >>> equations("4 + 1 * 5 = 4 + 5 = 9")  # `1 * 5 = 4` is not read out of the longer line
     [(4, '+', 5, 9)]
+    >>> equations("0.5 * 8 = 40, 5 * 8 = 40.5, 5 * 8 = 40/3, 5 * 8 = 40 - 1")  # not whole numbers: not read
+    []
     """
-    found = []
+    return _scan(text)[0]
+
+
+def _scan(text: str) -> tuple[list[Step], int]:
+    """`equations(text)`, and how many equations there are not of whole numbers (`0.5 * 8 = 40`, `= 40/3`,
+    `= 36 - 1`): `steps` scores a thought holding one as it scores a false equation."""
+    found, inexact_count = [], 0
     for match in _EQUATION.finditer(text):
-        if not _continues_left(text, match.start()):
-            left, op, right, result = match.groups()
-            found.append((_int(left), _OPERATOR[op], _int(right), int(result)))
-    return found
+        if _skipped(text, match.start(), match.group(1)):
+            continue
+        if _inexact(text, match.start(), match.end(4)):
+            inexact_count += 1
+            continue
+        left, op, right, result = match.groups()
+        found.append((_int(left), _OPERATOR[op], _int(right), _int(result)))
+    return found, inexact_count
+
+
+def _skipped(text: str, start: int, first: str) -> bool:
+    """Whether a match at `start` is part of a longer expression, or reads a number without its sign
+    (the match that starts at the sign reads it)."""
+    before = text[max(0, start - 40) : start]
+    if first[0] in "-−":
+        return bool(_CONTINUES_LEFT.search(before) or _TERM_END.search(before))
+    return bool(_CONTINUES_LEFT.search(before)) or before.endswith(("-", "−"))
+
+
+def _inexact(text: str, start: int, end: int) -> bool:
+    return bool(_INEXACT_BEFORE.search(text, max(0, start - 40), start) or _INEXACT_AFTER.match(text, end))
 
 
 def longer_lines(text: str) -> list[tuple[Expression, Expression]]:
-    """Every `expression = expression` in `text` whose left side has 2 to 8 operations.
+    """Every `expression = expression` in `text` whose left side has 2 to 8 operations, of whole numbers.
 
     >>> longer_lines("4 + 1 * 5 = 4 + 5 = 9")
     [(((4, 1, 5), ('+', '*')), ((4, 5), ('+',)))]
+    >>> longer_lines("-4 + 1 * 5 = -4 + 5; 4 + 1 * 5 = 4.5")
+    [(((-4, 1, 5), ('+', '*')), ((-4, 5), ('+',)))]
     """
-    return [
-        (_parse(match.group(1)), _parse(match.group(2)))
-        for match in _LINE.finditer(text)
-        if not _continues_left(text, match.start())
-    ]
+    return [line for line in _lines(text) if line is not None]
+
+
+def _lines(text: str) -> list[tuple[Expression, Expression] | None]:
+    """`longer_lines`, with None for a line that is not of whole numbers (`4 + 1 * 5 = 4.5`)."""
+    found: list[tuple[Expression, Expression] | None] = []
+    for match in _LINE.finditer(text):
+        if _skipped(text, match.start(), match.group(1)):
+            continue
+        exact = not _inexact(text, match.start(), match.end(2))
+        found.append((_parse(match.group(1)), _parse(match.group(2))) if exact else None)
+    return found
 
 
 def step_done(left: Expression, right: Expression) -> Step | None:
@@ -130,8 +175,8 @@ def make_steps(task: Task) -> Reward:
         read = _read(completion, example, tags)
         if read is None:
             return 0.0
-        wanted, written, lines = read
-        if not all(is_true(step) for step in written) or any(_value(left) != _value(right) for left, right in lines):
+        wanted, written, lines, odd = read
+        if odd or not all(is_true(step) for step in written) or any(_value(a) != _value(b) for a, b in lines):
             return 0.0
         written += _done_in(lines)
         done = sum(any(same_step(w, step) for w in written) for step in wanted)
@@ -166,7 +211,7 @@ def make_steps_attempted(task: Task) -> Reward:
         read = _read(completion, example, tags)
         if read is None:
             return 0.0
-        wanted, written, lines = read
+        wanted, written, lines, _ = read
         tried = {(x, op, y) for x, op, y, _ in written + _done_in(lines)}
         tried |= {(y, op, x) for x, op, y in tried if op in "+*"}
         return sum((x, op, y) in tried for x, op, y, _ in wanted) / len(wanted)
@@ -174,15 +219,16 @@ def make_steps_attempted(task: Task) -> Reward:
     return steps_attempted_reward
 
 
-def _read(completion: str, example: dict, tags) -> tuple[list[Step], list[Step], list] | None:
-    """The problem's steps and the thought's equations and longer lines; None when the problem has no
-    steps or the thought holds more than `2 * steps + 2` equations (padding: nothing to pay)."""
+def _read(completion: str, example: dict, tags) -> tuple[list[Step], list[Step], list, int] | None:
+    """The problem's steps, the thought's equations and longer lines of whole numbers, and how many of
+    its equations are not of whole numbers; None when the problem has no steps or the thought holds more
+    than `2 * steps + 2` equations (padding: nothing to pay)."""
     wanted = [step for line in example.get("steps") or [] for step in equations(line)]
     thought = _thought(completion, tags)
-    written, lines = equations(thought), longer_lines(thought)
-    if not wanted or len(written) + len(lines) > 2 * len(wanted) + 2:
+    (written, odd), lines = _scan(thought), _lines(thought)
+    if not wanted or len(written) + odd + len(lines) > 2 * len(wanted) + 2:
         return None
-    return wanted, written, lines
+    return wanted, written, [line for line in lines if line is not None], odd + lines.count(None)
 
 
 def _done_in(lines: list[tuple[Expression, Expression]]) -> list[Step]:
@@ -216,11 +262,14 @@ def _continues_left(text: str, start: int) -> bool:
 
 
 def _parse(expression: str) -> Expression:
+    expression = expression.strip()
+    sign = -1 if expression[0] in "-−" else 1
     terms, ops = [], []
-    for term, op in _PART.findall(expression):
+    for term, op in _PART.findall(expression.lstrip("-−")):
         terms.append(_int(term)) if term else ops.append(_OPERATOR[op])
+    terms[0] *= sign
     return tuple(terms), tuple(ops)
 
 
 def _int(term: str) -> int:
-    return int(term.strip("()"))
+    return int(term.strip("()").replace("−", "-"))

@@ -29,23 +29,46 @@ from grpokit.tasks.countdown import APPLY, BACKTRACK_MOST
 
 # Terms may carry decimals so that a step written with one is read, and refused (countdown's steps are whole).
 _NUMBER = r"[0-9]{1,18}(?:\.[0-9]+)?"
-_STEP = re.compile(rf"(?<![0-9.])({_NUMBER})\s*([-+*/×x−])\s*({_NUMBER})\s*=\s*(-?{_NUMBER})(?![0-9]|\.[0-9])")
+_OPS = "-+*/×x−"
+# A lookahead finds overlapping steps, so each link of a chain `16 + 20 = 36 - 1 = 35` is read.
+_STEP = re.compile(
+    rf"(?<![0-9.])(?=([-−]?{_NUMBER})\s*([{_OPS}])\s*({_NUMBER})\s*=\s*([-−]?{_NUMBER})(?![0-9]|\.[0-9]))"
+)
+# A step inside a longer expression (`1 - 16 + 20 = 36`) or after a fraction or power is not the step it shows.
+_INSIDE = re.compile(rf"(?:[0-9)]\s*[{_OPS}]|[/^÷])\s*$|[0-9)]\s*[-−]$")
+# After the result: a power, percent or factorial (`= 36^2`, `= 36%`), or an operator that does not start the
+# next link of a chain (`= 36/2`, `= 36 - 1`).
+_TAIL = re.compile(rf"\s*(?:[\^%!÷²³¹⁰⁴-⁹]|\*\*|(?:[-+*/×−]|x(?![A-Za-z]))(?!\s*{_NUMBER}\s*=))")
 _OPERATOR = {"+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "x": "*", "/": "/"}
 
 
 def thought_steps(thought: str) -> list[tuple[Fraction, str, Fraction, Fraction]] | None:
-    """Every `x op y = z` in `thought`, in order, operators normalised to + - * /; None when one has a
-    decimal term (a whole-number step would not: `20 / 16 = 1.5` must not hide beside true steps).
+    """Every `x op y = z` in `thought`, in order, operators normalised to + - * /; None when one is not
+    of whole numbers as written: a decimal term (`20 / 16 = 1.5`), a result that goes on (`= 36/2`,
+    `= 36 - 1`, `= 36^2`, `= 36%`) or a step inside a longer expression (`1 - 16 + 20 = 36`). Such a step
+    is not the step it shows, and must not hide beside true ones. A bare sign is read (`-16 + 20 = 4`).
 
     >>> thought_steps("17 + 4 = 21, 21 − 7 = 14. 21 × 7 = 147, 21 / 7 = 3.")[1]
     (Fraction(21, 1), '-', Fraction(7, 1), Fraction(14, 1))
-    >>> thought_steps("16 + 20 = 36, 20 / 16 = 1.5") is None
-    True
+    >>> [thought_steps(t) for t in ("16 + 20 = 36, 20 / 16 = 1.5", "16 + 20 = 36/2", "16 + 20 = 36 - 1")]
+    [None, None, None]
+    >>> thought_steps("-16 + 20 = 4")
+    [(Fraction(-16, 1), '+', Fraction(20, 1), Fraction(4, 1))]
     """
-    found = _STEP.findall(thought)
-    if any("." in x + y + z for x, _, y, z in found):
-        return None
-    return [(Fraction(x), _OPERATOR[op], Fraction(y), Fraction(z)) for x, op, y, z in found]
+    found = []
+    for match in _STEP.finditer(thought):
+        x, op, y, z = match.groups()
+        before = thought[max(0, match.start() - 40) : match.start()]
+        if x[0] not in "-−" and before.endswith(("-", "−")):
+            continue  # the match that starts at the sign reads this step
+        if "." in x + y + z or _INSIDE.search(before) or _TAIL.match(thought, match.end(4)):
+            return None
+        found.append((_fraction(x), _OPERATOR[op], _fraction(y), _fraction(z)))
+    return found
+
+
+def _fraction(number: str) -> Fraction:
+    return Fraction(number.replace("−", "-"))
 
 
 @register_reward("true_steps")

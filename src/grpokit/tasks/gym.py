@@ -8,15 +8,22 @@
 
 `config` takes the dataset's own config fields (difficulty, ranges; `grpokit tasks` lists the datasets);
 an unknown field fails at load time with the known ones listed. A generated problem belongs to the
-train or the eval split by a stable hash of its question, so the splits never share a problem.
+train, validation or test split by a stable hash of its normalised question, so the splits never share
+a problem.
 
 Correctness is strict: 1.0 when `score_answer` returns at least `threshold` (1.0 by default), else 0.0;
 reasoning-gym's partial credit (0.01 for a malformed answer, 0.05 for a wrong one) is not paid.
 Several reasoning-gym scorers hand the answer to sympy's `parse_expr` or to Python `eval`. Each
 dataset has a scoring path (`grpokit tasks` lists them, `grpokit.scorers.GYM_PATHS` defines them):
-countdown is decided by grpokit's own AST evaluator (`grpokit.expressions`) in the trainer; scorers
-that parse sympy or Python literals get a screen for that language first; every reasoning-gym scorer
-runs only in the confined sandbox worker.
+countdown and puzzle24 are decided by grpokit's own AST evaluator (`grpokit.expressions`) in the
+trainer; scorers that parse sympy or Python literals get a screen for that language first; every
+reasoning-gym scorer runs only in the confined sandbox worker.
+
+Every dataset is audited by probes (`grpokit.gym_audit`): answers that solve nothing (`0`, `nan`,
+`banana`, the gold off by one, a list of NaN, ...). Where reasoning-gym's scorer pays one on more than
+one problem, grpokit decides with its own strict verifier (`grpokit.gym_verifiers`: puzzle24,
+complex_arithmetic, number_sorting, game_of_life_halting, coin_flip), or refuses the dataset with a
+message naming the probe; `grpokit tasks` shows each dataset's result.
 """
 
 from __future__ import annotations
@@ -26,14 +33,13 @@ import importlib.util
 import json
 import logging
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from grpokit.expressions import evaluate_expression
+from grpokit.gym_verifiers import VERIFIERS, verify
 from grpokit.parsing import extract_answer
 from grpokit.sandbox import SandboxError, shared_sandbox
-from grpokit.scorers import gym_path, gym_refusal
+from grpokit.scorers import IN_TRAINER, gym_path, gym_refusal
 from grpokit.tasks import register_task
 from grpokit.tasks.base import SPLITS, Example, Task, check_fractions, check_split, normalise_question, split_of
 
@@ -70,6 +76,11 @@ class ReasoningGymConfig:
             raise ValueError("task.params.dataset is required: a reasoning-gym dataset name, e.g. countdown")
         if self.dataset not in DATASETS:
             raise ValueError(f"unknown reasoning-gym dataset {self.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+        from grpokit.gym_audit import refusal
+
+        refused = refusal(self.dataset)
+        if refused:
+            raise ValueError(f"reasoning-gym dataset {self.dataset!r} is refused: {refused}")
         if not isinstance(self.config, dict):
             raise ValueError(f"task.params.config must be a mapping of {self.dataset}'s settings")
         config_class = DATASETS[self.dataset][1]
@@ -94,7 +105,7 @@ class ReasoningGymTask(Task):
 
     @property
     def uses_sandbox(self) -> bool:
-        return gym_path(self.config.dataset) != "ast"
+        return gym_path(self.config.dataset) not in IN_TRAINER
 
     def __init__(self, config: ReasoningGymConfig) -> None:
         super().__init__(config)
@@ -133,8 +144,8 @@ class ReasoningGymTask(Task):
         if answer is None:
             return 0.0
         index = int(example["gym_index"])
-        if gym_path(self.config.dataset) == "ast":
-            return countdown_score(answer, self.entry(index))
+        if self.config.dataset in VERIFIERS:
+            return verify(self.config.dataset, answer, self.entry(index))
         if gym_refusal(self.config.dataset, answer) is not None:
             return 0.0
         try:
@@ -176,15 +187,3 @@ class ReasoningGymTask(Task):
             ("hex-encoded exec", "<think>x</think><answer>exec(bytes.fromhex('6f70656e').decode())</answer>"),
             ("chr join", "<think>x</think><answer>eval(''.join(map(chr, [49, 43, 49])))</answer>"),
         ]
-
-
-def countdown_score(answer: str, entry: dict[str, Any]) -> float:
-    """reasoning-gym's countdown verdict, decided by grpokit's AST evaluator instead of `parse_expr`:
-    1.0 when the expression uses exactly the given numbers and equals the target."""
-    evaluated = evaluate_expression(answer, allow_unary_minus=True)
-    if evaluated is None:
-        return 0.0
-    metadata = entry["metadata"]
-    if sorted(evaluated.numbers) != sorted(int(n) for n in metadata["numbers"]):
-        return 0.0
-    return 1.0 if evaluated.value == Fraction(metadata["target"]) else 0.0
