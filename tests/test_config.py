@@ -112,6 +112,20 @@ def test_grpo_section_becomes_grpo_config():
             "train_pass: {sampler_logprobs: true}\n",
             "guide: a demonstration row has no sampler log-probabilities",
         ),
+        ("train_pass: {importance_sampling_cap: 0.5}\n", r"importance_sampling_cap=0.5; use a number >= 1"),
+        (
+            "train_pass: {importance_sampling_cap: 2, sampler_logprobs: true}\n",
+            "importance_sampling_cap with train_pass.sampler_logprobs: both correct for the sampler",
+        ),
+        (
+            "grpo: {num_generations: 4, per_device_train_batch_size: 8, bf16: false, use_vllm: true}\n"
+            "train_pass: {importance_sampling_cap: 2}\n",
+            "importance_sampling_cap needs grpokit's sampler.*vllm_importance_sampling_mode: token_truncate",
+        ),
+        (
+            "rollout: {engine: trl}\ntrain_pass: {importance_sampling_cap: 2}\n",
+            "importance_sampling_cap needs grpokit's sampler",
+        ),
     ],
 )
 def test_bad_recipes_fail_with_the_key_named(tmp_path, text, message):

@@ -312,3 +312,109 @@ def test_an_attention_that_drops_the_packed_layout_falls_back_to_two_calls(tiny_
     for name, grad in grads_ref.items():
         assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
     assert base_model(trainer.model)._grpokit_unpacked, "two calls from then on"
+
+
+CAP = 2.0
+
+
+def _with_sampler(trainer, batch: dict, seed: int = 2) -> tuple[dict, torch.Tensor]:
+    """`batch` with the sampler's log-probabilities (`sampling_per_token_logps`): the policy's own moved by
+    up to 1.5 nats either way (weights exp(-1.5)..exp(1.5) around the cap of 2), row 3's all NaN (a guide's
+    demonstration, not drawn); and the policy's log-probabilities [B, C] they were moved from."""
+    trainer.shared_prefix = False  # TRL's pass: the reference either training pass must match
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        policy = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, batch["completion_ids"].size(1))[
+            0
+        ]
+    gen = torch.Generator().manual_seed(seed)
+    sampled = policy + (torch.rand(policy.shape, generator=gen) * 3 - 1.5)
+    sampled = sampled * batch["completion_mask"]  # TRL pads the sampler's log-probabilities with 0
+    sampled[3] = float("nan")
+    return {**batch, "sampling_per_token_logps": sampled}, policy
+
+
+def _loss_and_grads_of(trainer, inputs: dict, shared: bool, micro: int | None) -> tuple[torch.Tensor, dict]:
+    """The trainer's loss (TRL's, no old log-probabilities: the default on-policy step) and its gradients."""
+    trainer.shared_prefix, trainer.micro_batch_rows = shared, micro
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train, which this test does not run
+    trainer.model.zero_grad(set_to_none=True)
+    loss = trainer.compute_loss(trainer.model, dict(inputs))
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def _hand_grads(trainer, inputs: dict, weight: torch.Tensor) -> dict:
+    """The gradient of TRL's dapo loss at ratio 1 with each token's term multiplied by `weight` [B, C]
+    (detached): -sum(A * w * log pi * mask) / num_items_in_batch."""
+    trainer.model.zero_grad(set_to_none=True)
+    trainer.shared_prefix, trainer.micro_batch_rows = False, None
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, inputs["completion_ids"].size(1))[0]
+    terms = inputs["advantages"].unsqueeze(1) * weight * logps * inputs["completion_mask"]
+    (-terms.sum() / inputs["num_items_in_batch"]).backward()
+    return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def _assert_grads_close(grads: dict, expected: dict) -> None:
+    assert grads.keys() == expected.keys() and any(g.abs().sum() > 0 for g in expected.values())
+    for name, grad in expected.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+
+
+@pytest.mark.parametrize("micro", [None, 3])
+@pytest.mark.parametrize("shared", [True, False])
+def test_truncated_importance_sampling_weights_each_tokens_gradient(tiny_model_dir, tmp_path, shared, micro):
+    """train_pass.importance_sampling_cap: each completion token's gradient is multiplied by the detached
+    weight min(pi / pi_sampler, cap) (1 where the sampler drew nothing), in either training pass and in
+    micro-batches; the loss's value is the uncorrected one, bit for bit."""
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    trainer.model.train()
+    assert trainer.args.loss_type == "dapo"
+    inputs, policy = _with_sampler(trainer, _batch(seed=1))
+    weight = (policy - inputs["sampling_per_token_logps"]).exp().clamp(max=CAP)
+    weight[3] = 1.0
+    drawn = inputs["completion_mask"].bool()
+    drawn[3] = False
+    assert (weight[drawn] == CAP).any() and (weight[drawn] < 1).any(), "some weights capped, some below 1"
+
+    trainer.importance_sampling_cap = None
+    loss_off, grads_off = _loss_and_grads_of(trainer, inputs, shared, micro)
+    _assert_grads_close(grads_off, _hand_grads(trainer, inputs, torch.ones_like(weight)))  # the hand loss is TRL's
+    trainer.importance_sampling_cap = CAP
+    loss_on, grads_on = _loss_and_grads_of(trainer, inputs, shared, micro)
+    assert torch.equal(loss_on, loss_off)
+    _assert_grads_close(grads_on, _hand_grads(trainer, inputs, weight))
+    rows = trainer._metrics["train"]
+    assert rows["sampling/importance_sampling_ratio/max"][-1] == pytest.approx(CAP)
+    assert rows["sampling/importance_sampling_ratio/mean"][-1] == pytest.approx(float(weight[drawn].mean()), rel=1e-5)
+    assert rows["sampling/importance_sampling_ratio/min"][-1] == pytest.approx(float(weight[drawn].min()), rel=1e-5)
+
+
+@pytest.mark.parametrize("micro", [None, 3])
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_sampler_policy_mismatch_is_logged_per_trained_token(tiny_model_dir, tmp_path, shared, micro):
+    """Each step logs the mean and max |log pi - log pi_sampler| over the completion tokens the loss trains
+    (TRL's names for vLLM), one figure per step however many micro-batches: tokens the sampler did not draw
+    (NaN) are left out. Without a cap the gradient is the one without the sampler's log-probabilities, bit
+    for bit."""
+    trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.0)
+    trainer.model.train()
+    batch = _batch(seed=1)
+    inputs, policy = _with_sampler(trainer, batch)
+    drawn = inputs["completion_mask"].bool()
+    drawn[3] = False
+    gap = (policy - inputs["sampling_per_token_logps"]).abs()[drawn]
+
+    plain_loss, plain_grads = _loss_and_grads_of(trainer, batch, shared, micro)
+    metrics = trainer._metrics["train"]
+    assert "sampling/sampling_logp_difference/mean" not in metrics  # nothing to compare against
+    loss, grads = _loss_and_grads_of(trainer, inputs, shared, micro)
+    assert metrics["sampling/sampling_logp_difference/mean"] == [pytest.approx(float(gap.mean()), rel=1e-5)]
+    assert metrics["sampling/sampling_logp_difference/max"] == [pytest.approx(float(gap.max()), rel=1e-5)]
+    assert "sampling/importance_sampling_ratio/mean" not in metrics
+    assert torch.equal(loss, plain_loss)
+    assert grads.keys() == plain_grads.keys()
+    assert all(torch.equal(grads[name], plain_grads[name]) for name in grads)

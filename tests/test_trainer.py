@@ -604,3 +604,39 @@ def test_micro_batches_with_an_entropy_bonus_give_the_whole_batchs_loss_and_grad
     assert grads.keys() == parts_grads.keys() and grads
     for name, grad in grads.items():
         torch.testing.assert_close(parts_grads[name], grad, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rollout_engine": "trl"}, "rollouts do not run on grpokit's sampler"),
+        ({"sampler_logprobs": True}, "sampler_logprobs already takes the loss's ratio against the sampler"),
+        ({"importance_sampling_cap": 0.5}, "use a cap >= 1"),
+    ],
+)
+def test_truncated_importance_sampling_is_refused_where_it_cannot_apply(tiny_model_dir, tmp_path, kwargs, message):
+    """The cap needs the log-probabilities grpokit's sampler drew with, and is not a second correction on
+    top of sampler_logprobs' ratio (vLLM: refused in the recipe, tests/test_config.py)."""
+    with pytest.raises(ValueError, match=f"train_pass.importance_sampling_cap=.*{message}"):
+        _trainer(tiny_model_dir, tmp_path, trainer_kwargs={"importance_sampling_cap": 2.0, **kwargs})
+
+
+def test_a_training_step_measures_its_sampler_against_the_policy(tiny_model_dir, tmp_path):
+    """In training, grpokit's sampler always returns its log-probabilities, and each step logs the
+    sampler/policy gap over the tokens it trains; here the sampler is the fp32 policy itself, so the gap is
+    rounding and the truncated importance weights are 1."""
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, reward_funcs=[_characters], trainer_kwargs={"importance_sampling_cap": 2.0}
+    )
+    trainer.model.train()
+    prompts = trainer.train_dataset.select(range(2)).to_list()
+    batch = trainer._score([p for p in prompts for _ in range(trainer.num_generations)])
+    assert batch["sampling_per_token_logps"].shape == batch["completion_ids"].shape
+    assert "old_per_token_logps" not in batch  # the ratio stays TRL's on-policy one
+    trainer.train()
+    logged = [row for row in trainer.state.log_history if "sampling/sampling_logp_difference/mean" in row]
+    assert len(logged) == trainer.args.max_steps
+    for row in logged:
+        assert 0 <= row["sampling/sampling_logp_difference/mean"] <= row["sampling/sampling_logp_difference/max"]
+        assert row["sampling/sampling_logp_difference/max"] < 1e-3
+        assert row["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-3)

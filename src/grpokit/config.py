@@ -437,16 +437,32 @@ class TrainPassSection:
     the sampler was): the importance correction for the gap between the model that sampled and the one
     trained. Off (the default): TRL's on-policy loss. On the default task, clipped at epsilon 0.2 it
     measured worse (76.3 -> 68.5%, three seeds of 30 steps); with the clip opened (grpo.epsilon: 100),
-    3 points above on-policy in two seeds, inside the noise (bench/RESULTS.md v0.10)."""
+    3 points above on-policy in two seeds, inside the noise (bench/RESULTS.md v0.10).
+    `importance_sampling_cap`: truncated importance sampling (TIS, as TRL's `vllm_importance_sampling_correction`
+    in `token_truncate` mode): each completion token's gradient is weighted by min(pi / pi_sampler, cap),
+    detached, pi the policy and pi_sampler grpokit's sampler (its bf16 merged copy); the loss's value is
+    unchanged. Empty (the default): no weight. Either way the mismatch is logged as
+    `sampling/sampling_logp_difference/{mean,max}` (|log pi - log pi_sampler| per trained token)."""
 
     shared_prefix: bool = True
     micro_batch_rows: int | None = None
     return_freed_memory: bool = False
     sampler_logprobs: bool = False
+    importance_sampling_cap: float | None = None
 
     def validate(self) -> None:
         if self.micro_batch_rows is not None and self.micro_batch_rows < 1:
             raise RecipeError(f"train_pass.micro_batch_rows={self.micro_batch_rows}; use >= 1, or leave it out")
+        cap = self.importance_sampling_cap
+        if cap is not None and not cap >= 1:  # its type is the schema's check
+            raise RecipeError(
+                f"train_pass.importance_sampling_cap={cap}; use a number >= 1 (TIS uses 2), or leave it out"
+            )
+        if cap is not None and self.sampler_logprobs:
+            raise RecipeError(
+                "train_pass.importance_sampling_cap with train_pass.sampler_logprobs: both correct for the sampler "
+                "(a weight, or the loss's ratio against it); keep one: leave the cap out or set sampler_logprobs: false"
+            )
 
 
 @dataclass
@@ -768,6 +784,14 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
         raise RecipeError(
             "dynamic_sampling.guide: a demonstration row has no sampler log-probabilities; set "
             "train_pass.sampler_logprobs: false, or guide: false"
+        )
+    if recipe.train_pass.importance_sampling_cap is not None and (
+        recipe.grpo.get("use_vllm") or recipe.rollout.engine != "grpokit"
+    ):
+        raise RecipeError(
+            "train_pass.importance_sampling_cap needs grpokit's sampler (rollout.engine: grpokit), which returns the "
+            "log-probabilities it drew with; with vLLM use TRL's grpo.vllm_importance_sampling_mode: token_truncate "
+            "and grpo.vllm_importance_sampling_clip_max instead, and leave the cap out"
         )
     if recipe.rollout.final_temperature is not None and recipe.grpo.get("use_vllm"):
         raise RecipeError(

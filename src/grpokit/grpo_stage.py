@@ -87,6 +87,7 @@ def trainer_options(recipe: Recipe, task: Task, tokenizer: Any, steps: int) -> d
         "shared_prefix": recipe.train_pass.shared_prefix,
         "micro_batch_rows": recipe.train_pass.micro_batch_rows,
         "sampler_logprobs": recipe.train_pass.sampler_logprobs,
+        "importance_sampling_cap": recipe.train_pass.importance_sampling_cap,
         "temperature_schedule": _temperature_schedule(recipe, steps),
         "dynamic_max_extra": dynamic.max_extra if dynamic.enabled else None,
         "dynamic_replay": dynamic.replay if dynamic.enabled else 0,

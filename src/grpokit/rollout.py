@@ -193,7 +193,9 @@ def sample(
     del cache  # moved into the decoder's buffers, or held by `steps`
     active = list(range(rows))  # original row index of each batch row
     produced: list[list[int]] = [[] for _ in range(rows)]
-    drawn_logps: list[list[float]] = [[] for _ in range(rows)]
+    # Each step's log-probabilities stay on the device with the rows that drew them (`active` is rebuilt,
+    # never changed in place): one copy to the host at the end, not a synchronisation per step.
+    step_logps: list[tuple[list[int], torch.Tensor]] = []
     eos = torch.tensor(list(eos_ids), device=device)
     stop_check = bool(settings.stop_texts) and tokenizer is not None
     tail = max((len(t) for t in settings.stop_texts), default=0)
@@ -209,16 +211,16 @@ def sample(
         if step < settings.min_new_tokens:
             logits[:, eos] = float("-inf")
         if settings.top_k == 1:  # greedy: each token had probability 1
-            tokens, step_logps = logits.argmax(-1), ([0.0] * len(active) if logprobs else None)
+            tokens = logits.argmax(-1)
+            token_logps = torch.zeros(len(active), device=device) if logprobs else None
         else:
             # The step's logits are the sampler's to spend: the decoder overwrites its buffer next step.
             tokens, token_logps = draw_with_logprob(filter_logits(logits, settings, in_place=True), overwrite=True)
-            step_logps = token_logps.tolist() if logprobs else None
+        if logprobs:
+            step_logps.append((active, token_logps))
         drawn, done = torch.stack([tokens, torch.isin(tokens, eos).long()]).tolist()
         for b, (row, token) in enumerate(zip(active, drawn, strict=True)):
             produced[row].append(token)
-            if step_logps is not None:
-                drawn_logps[row].append(step_logps[b])
             if stopping[row]:  # the draw after a stop text: kept, whatever it is, and the row's last
                 done[b] = True
                 continue
@@ -236,7 +238,16 @@ def sample(
     if stats is not None:
         stats["entropy_sum"] = stats.get("entropy_sum", 0.0) + entropy_sum.item()
         stats["tokens"] = stats.get("tokens", 0) + sum(len(row) for row in produced)
-    return (produced, drawn_logps) if logprobs else produced
+    if not logprobs:
+        return produced
+    drawn_logps: list[list[float]] = [[] for _ in range(rows)]
+    flat = torch.cat([logps for _, logps in step_logps]).tolist() if step_logps else []
+    at = 0
+    for active_rows, _ in step_logps:  # in the order drawn: each row's log-probabilities in its tokens' order
+        for row in active_rows:
+            drawn_logps[row].append(flat[at])
+            at += 1
+    return produced, drawn_logps
 
 
 class _Steps:

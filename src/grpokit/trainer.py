@@ -79,6 +79,7 @@ class GrpoTrainer(GRPOTrainer):
         shared_prefix: bool = True,
         micro_batch_rows: int | None = None,
         sampler_logprobs: bool = False,
+        importance_sampling_cap: float | None = None,
         temperature_schedule: tuple[float, int, int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -144,6 +145,13 @@ class GrpoTrainer(GRPOTrainer):
         self._ahead: _DrawnAhead | None = None  # rows rolled out together, handed out as each part is scored
         self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
         self.sampler_logprobs = sampler_logprobs and self._sampler_logprobs_allowed()
+        # Truncated importance sampling (train_pass.importance_sampling_cap): each completion token's gradient
+        # weighted by min(pi / pi_sampler, cap), detached (`_against_the_sampler`); None: unweighted.
+        self.importance_sampling_cap = importance_sampling_cap
+        if importance_sampling_cap is not None:
+            self._check_importance_sampling(importance_sampling_cap)
+        self._loss_inputs: dict[str, Any] | None = None  # the batch of the loss call under way, read once
+        self._mismatch: dict[str, torch.Tensor] | None = None  # sums over the loss calls of one compute_loss
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
         self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
@@ -167,6 +175,29 @@ class GrpoTrainer(GRPOTrainer):
                     "rollout.final_temperature: TRL's LM head on this model cannot be found to follow the schedule, "
                     "so the loss would score the policy at grpo.temperature; leave final_temperature out"
                 )
+
+    def _check_importance_sampling(self, cap: float) -> None:
+        """train_pass.importance_sampling_cap only where grpokit's sampler returns its log-probabilities and
+        the loss's ratio is not already taken against them."""
+        key = f"train_pass.importance_sampling_cap={cap}"
+        if not cap >= 1.0:
+            raise ValueError(f"{key}: use a cap >= 1 (TIS uses 2), or leave it out")
+        if self.use_vllm:
+            raise ValueError(
+                f"{key}: with vLLM, TRL corrects for its sampler itself; leave the cap out and set "
+                "grpo.vllm_importance_sampling_mode: token_truncate, grpo.vllm_importance_sampling_clip_max: C"
+            )
+        if self.rollout_fallback is not None:
+            raise ValueError(
+                f"{key}: rollouts do not run on grpokit's sampler (grpokit's sampler "
+                f"{self.rollout_fallback or 'was not chosen'}), so there are no sampler log-probabilities to weight "
+                "by; leave the cap out"
+            )
+        if self.sampler_logprobs:
+            raise ValueError(
+                f"{key}: train_pass.sampler_logprobs already takes the loss's ratio against the sampler; "
+                "choose one (leave the cap out, or set sampler_logprobs: false)"
+            )
 
     def _sampler_logprobs_allowed(self) -> bool:
         """Whether the loss's ratio may be taken against the sampler's log-probabilities, one line if not."""
@@ -211,6 +242,16 @@ class GrpoTrainer(GRPOTrainer):
         loss (its normaliser, `num_items_in_batch`, counts the whole batch) the summed gradient is the
         batch's. The returned value is the batch's loss; only its last part carries a gradient. Each part
         is as wide as its own longest completion (`trim_completions`)."""
+        self._mismatch = {} if self.model.training else None
+        try:
+            loss = self._loss_in_parts(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            measured, self._mismatch = self._mismatch, None
+        if measured:
+            self._log_mismatch(measured)
+        return loss
+
+    def _loss_in_parts(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         rows = inputs["completion_ids"].size(0)
         if return_outputs or not self.micro_batch_rows or rows <= self.micro_batch_rows or not model.training:
             return super().compute_loss(model, trim_completions(inputs), return_outputs, num_items_in_batch)
@@ -221,6 +262,74 @@ class GrpoTrainer(GRPOTrainer):
             self.accelerator.backward(loss)
             done = done + loss.detach()
         return super().compute_loss(model, trim_completions(_select_rows(inputs, parts[-1]))) + done
+
+    def _log_mismatch(self, measured: dict[str, torch.Tensor]) -> None:
+        """Log what `_against_the_sampler` summed over one compute_loss call (all its micro-batches, all
+        processes), under TRL's names for the same figures with vLLM: the mean and max |log pi - log
+        pi_sampler| per completion token trained, and with the cap, the min, mean and max weight."""
+        sums = self.accelerator.gather(torch.stack([measured["sum"], measured["tokens"]]).view(1, 2)).sum(dim=0)
+        tokens = float(sums[1])
+        if not tokens:
+            return
+        metrics = self._metrics["train"]
+        metrics["sampling/sampling_logp_difference/mean"].append(float(sums[0]) / tokens)
+        metrics["sampling/sampling_logp_difference/max"].append(float(self.accelerator.gather(measured["max"]).max()))
+        if "weight_sum" in measured:
+            weight_sum = float(self.accelerator.gather(measured["weight_sum"]).sum())
+            metrics["sampling/importance_sampling_ratio/min"].append(
+                float(self.accelerator.gather(measured["weight_min"]).min())
+            )
+            metrics["sampling/importance_sampling_ratio/mean"].append(weight_sum / tokens)
+            metrics["sampling/importance_sampling_ratio/max"].append(
+                float(self.accelerator.gather(measured["weight_max"]).max())
+            )
+
+    def _against_the_sampler(self, logps: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+        """The policy's per-token log-probabilities [B, C] of one loss call, measured against the sampler's
+        (`sampling_per_token_logps`: grpokit's sampler, a bf16 merged copy of the policy where it measured
+        faster) and, with `importance_sampling_cap`, weighted by it.
+
+        The policy at rollout is TRL's `old_per_token_logps` where TRL computed them (a batch reused), else
+        the log-probabilities just computed (the same weights). Tokens the sampler did not draw (a guide's
+        demonstration: NaN) are not measured and get a weight of 1.
+
+        The weight w = min(exp(log pi_rollout - log pi_sampler), cap), detached, enters as
+        `logps.detach() + w * (logps - logps.detach())`: the same values, so the loss and every logged figure
+        are unchanged, and each token's gradient multiplied by w. TRL's token losses read a token's
+        log-probability only at that token (a ratio exp(logps - old), or logps itself with cispo), so this
+        is TIS's per-token weight on the loss term, in any micro-batch and either training pass; a KL term
+        (beta > 0) is weighted with it."""
+        sampled = inputs["sampling_per_token_logps"]  # [B, C]
+        old = inputs.get("old_per_token_logps")
+        if self.sampler_logprobs:  # old is the sampler's own (the ratio's): fill what it did not draw
+            if old is not None and torch.isnan(old).any():
+                inputs["old_per_token_logps"] = torch.where(torch.isnan(old), logps.detach(), old)
+            old = None
+        policy = logps.detach() if old is None else old
+        mask = inputs["completion_mask"]  # [B, C]
+        if "tool_mask" in inputs:  # tool output: neither drawn nor trained
+            mask = mask * inputs["tool_mask"]
+        diff = (policy - sampled).float()  # [B, C] log pi - log pi_sampler
+        drawn = mask.bool() & ~torch.isnan(diff)
+        diff = torch.where(drawn, diff, torch.zeros_like(diff))
+        measured = self._mismatch
+        if measured is not None:
+            add = {"sum": diff.abs().sum().double(), "tokens": drawn.sum().double()}
+            for key, value in add.items():
+                measured[key] = measured.get(key, 0) + value
+            peak = diff.abs().max() if diff.numel() else diff.new_zeros(())
+            measured["max"] = torch.maximum(measured["max"], peak) if "max" in measured else peak
+        if self.importance_sampling_cap is None:
+            return logps
+        weight = diff.exp().clamp(max=self.importance_sampling_cap).to(logps.dtype)  # [B, C], 1 where not drawn
+        if measured is not None:
+            measured["weight_sum"] = measured.get("weight_sum", 0) + (weight.double() * drawn).sum()
+            low = weight.masked_fill(~drawn, float("inf")).min() if weight.numel() else weight.new_full((), 1.0)
+            high = weight.masked_fill(~drawn, 0.0).max() if weight.numel() else weight.new_full((), 1.0)
+            measured["weight_min"] = torch.minimum(measured["weight_min"], low) if "weight_min" in measured else low
+            measured["weight_max"] = torch.maximum(measured["weight_max"], high) if "weight_max" in measured else high
+        detached = logps.detach()
+        return detached + weight * (logps - detached)
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         """TRL's (rollouts, rewards, advantages), kept so that a training pass that ran out of memory runs
@@ -321,8 +430,12 @@ class GrpoTrainer(GRPOTrainer):
         compute_aux_loss=False,
         **multimodal,
     ):
+        """TRL's per-token log-probabilities (or grpokit.prefix's shared-prefix pass, the same values); in
+        the loss, measured against the sampler's and weighted by them (`_against_the_sampler`)."""
+        # The batch of the loss call under way, for its policy pass only (the first call in the loss).
+        inputs, self._loss_inputs = self._loss_inputs, None
         if not self.shared_prefix or compute_aux_loss or any(v is not None for v in multimodal.values()):
-            return super()._get_per_token_logps_and_entropies(
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
                 attention_mask,
@@ -332,6 +445,7 @@ class GrpoTrainer(GRPOTrainer):
                 compute_aux_loss,
                 **multimodal,
             )
+            return (logps if inputs is None else self._against_the_sampler(logps, inputs)), entropies, aux
         logps, entropies = prefix.logps_and_entropies(
             model,
             input_ids,
@@ -343,7 +457,7 @@ class GrpoTrainer(GRPOTrainer):
             autocast=self.accelerator.autocast,
             lm_head_fp32=self.args.cast_lm_head_to_fp32,
         )
-        return logps, entropies, None
+        return (logps if inputs is None else self._against_the_sampler(logps, inputs)), entropies, None
 
     def _tokenize_prompts(self, prompts: list) -> tuple[Any, Any, Any]:
         if is_conversational({"prompt": prompts[0]}):
@@ -361,14 +475,23 @@ class GrpoTrainer(GRPOTrainer):
                     prompt_ids, images, multimodal_fields, num_generations, has_tool_images
                 )
             drawn = self._sample(prompt_ids, settings)
-        for row, ids in self._guided.items():  # guidance: the demonstration instead of this row's draw
-            drawn[row] = list(ids)
+        ids, logps = drawn if self._wants_sampler_logps else (drawn, None)
+        for row, demonstration in self._guided.items():  # guidance: the demonstration instead of this row's draw
+            ids[row] = list(demonstration)
+            if logps is not None:  # not drawn by the sampler: no log-probability (TRL's marker, NaN)
+                logps[row] = [float("nan")] * len(demonstration)
         # TRL pads the log-probabilities into the batch as `sampling_per_token_logps` (see `_score`).
-        return drawn if self.sampler_logprobs else (drawn, None)
+        return ids, logps
+
+    @property
+    def _wants_sampler_logps(self) -> bool:
+        """Whether grpokit's sampler returns its log-probabilities: for the loss's ratio (sampler_logprobs), and
+        in training always, so that the loss measures (and may correct) the sampler/policy mismatch."""
+        return self.sampler_logprobs or self.model.training
 
     def _sample(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Any:
         """grpokit's sampler on the policy (or its merged rollout copy): the completions' ids, with their
-        log-probabilities when `sampler_logprobs`."""
+        log-probabilities when `_wants_sampler_logps`."""
         with (
             unwrap_model_for_generation(
                 self.model_wrapped,
@@ -390,7 +513,7 @@ class GrpoTrainer(GRPOTrainer):
                     eos_ids=self._eos_ids(),
                     pad_id=self._tokenizer.pad_token_id,
                     tokenizer=self._tokenizer,
-                    logprobs=self.sampler_logprobs,
+                    logprobs=self._wants_sampler_logps,
                     stats=self._sampled_entropy if self.model.training else None,
                 )
 
@@ -405,7 +528,7 @@ class GrpoTrainer(GRPOTrainer):
             prompt_ids, images, fields = self._tokenize_prompts(copy.deepcopy(prompts))
             settings = self._rollout_settings(images, fields)
             if settings is not None:
-                self._ahead = _DrawnAhead(prompt_ids, self._sample(prompt_ids, settings), self.sampler_logprobs)
+                self._ahead = _DrawnAhead(prompt_ids, self._sample(prompt_ids, settings), self._wants_sampler_logps)
         try:
             return [score(rows) for rows, score in parts]
         finally:
@@ -577,7 +700,12 @@ class GrpoTrainer(GRPOTrainer):
         holds the step's sampled rows' (rollouts on grpokit's sampler)."""
         metrics = self._metrics["train" if self.model.training else "eval"]
         before = len(metrics.get("entropy", ()))
-        loss = super()._compute_loss(model, inputs)
+        measures = self.model.training and not self.use_vllm and inputs.get("sampling_per_token_logps") is not None
+        self._loss_inputs = inputs if measures else None  # TRL's vLLM path measures and corrects on its own
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._loss_inputs = None
         if self.model.training and self._entropy_of_sampled_rows and len(metrics["entropy"]) > before:
             metrics["entropy/trained"].extend(metrics["entropy"][before:])
             del metrics["entropy"][before:]
