@@ -135,3 +135,11 @@ def test_old_split_names_and_keys_fail_with_the_new_ones():
         task.dataset("test", 5)
     with pytest.raises(RecipeError, match="validation_fraction .* test_fraction"):
         build_task("arithmetic", {"eval_fraction": 0.2})
+
+
+def test_reasoning_gym_splits_on_normalised_question_text():
+    pytest.importorskip("reasoning_gym")
+    task = build_task("reasoning_gym", {"dataset": "basic_arithmetic", "size": 300})
+    keys = {split: {task.key(task.example(split, i)) for i in range(60)} for split in SPLITS}
+    for a, b in itertools.combinations(SPLITS, 2):
+        assert not keys[a] & keys[b]
