@@ -90,3 +90,47 @@ def test_full_disk_says_what_is_safe(tmp_path, capsys, no_model_loads, tiny_mode
     code, err = run(["train", str(write_recipe(tmp_path / "r.yaml", raw))], capsys)
     assert code == 2 and "the disk is full" in err and "--resume" in err
     assert (earlier / "summary.json").read_text() == "{}"  # an earlier run is untouched
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("grpo.num_generations=eight", "grpo.num_generations='eight': TRL declares it int"),
+        ("grpo.max_completion_length=abc", "grpo.max_completion_length='abc': TRL declares it int"),
+        ("grpo.beta=high", "grpo.beta='high': TRL declares it float"),
+        ("grpo.temperature=-1", "grpo.temperature=-1; it must be > 0"),
+        ("grpo.beta=-0.1", "grpo.beta=-0.1; it must be >= 0"),
+        ("grpo.num_generations=1", "grpo.num_generations=1; it must be >= 2"),
+        ("grpo.lr_scheduler_type=cosinus", "TRL accepts one of linear, cosine"),
+        ("grpo.per_device_train_batch_size=63", "must be divisible by num_generations"),
+        ("grpo.learnin_rate=1e-5", "unknown key grpo.learnin_rate (did you mean 'learning_rate'?)"),
+        ("evl.n=3", "unknown key 'evl' (did you mean 'eval'?)"),
+        ("task.name=arithmetc", "unknown task 'arithmetc' (did you mean 'arithmetic'?)"),
+        ("rewards.0.name=formt", "unknown reward 'formt' (did you mean 'format'?)"),
+        (
+            "task.params.min_valu=2",
+            "unknown key task.params.min_valu for task 'arithmetic' (did you mean 'min_value'?)",
+        ),
+    ],
+)
+def test_bad_values_fail_before_a_model_loads_or_a_run_folder_exists(
+    tmp_path, capsys, no_model_loads, tiny_model_dir, override, message
+):
+    """Every value is checked when the recipe loads: grpo values by the types and choices TRL declares
+    and the ranges GRPO needs, and a misspelt key, task or reward suggests the one that was meant."""
+    raw = tiny_recipe(tiny_model_dir, tmp_path)
+    code, err = run(["train", str(write_recipe(tmp_path / "r.yaml", raw)), override], capsys)
+    assert code == 2 and message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "tiny").exists()
+
+
+def test_a_gym_dataset_name_suggests_the_one_meant():
+    from grpokit.config import RecipeError
+    from grpokit.tasks import build_task
+
+    pytest.importorskip("reasoning_gym")
+    with pytest.raises(
+        RecipeError, match=r"unknown reasoning-gym dataset 'basic_arithmetc' \(did you mean 'basic_arithmetic'\?\)"
+    ):
+        build_task("reasoning_gym", {"dataset": "basic_arithmetc"})

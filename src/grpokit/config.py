@@ -8,6 +8,7 @@ out-of-range values, unknown task or reward names, and every `grpo:` key (it is 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 import types
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from grpokit.parsing import THINK_TAGS, Tags
+from grpokit.registry import did_you_mean
 
 
 class _Loader(yaml.SafeLoader):
@@ -486,12 +488,12 @@ STAGE_KINDS = ("sft", "grpo")
 @dataclass
 class StageSection:
     """One stage of a multi-stage recipe. It runs on the policy the previous stage left and is evaluated
-    on the recipe's held-out set. Unset fields take the recipe's own: `steps` is cold_start.steps (sft)
+    on the recipe's test split. Unset fields take the recipe's own: `steps` is cold_start.steps (sft)
     or grpo.max_steps (grpo); `rewards`, `dynamic_sampling` and `curriculum` the top-level sections;
     `task_params` are laid over task.params (a later stage can raise the difficulty); `grpo` over the
     grpo: section (temperature, num_generations, ...).
 
-    `eval_every`: greedy held-out accuracy on the first eval.every_n problems every N steps of this stage
+    `eval_every`: greedy accuracy on eval.every_n validation problems every N steps of this stage
     (0: none); unset, a grpo stage takes eval.every and an sft stage evaluates only at its end.
     `max_minutes`: a time budget; the stage stops after the step during which its training time reached
     it. Training time is the time inside training steps (rollouts, loss, optimizer step), not the stage's
@@ -766,6 +768,7 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
                 "or task.prefill_think"
             )
         return
+    check_grpo_values(recipe.grpo, recipe.source)  # first: the checks below read grpo values
     curriculum, sampling = recipe.curriculum, recipe.dynamic_sampling
     names = [spec.name for spec in recipe.rewards]
     if curriculum.param is not None:
@@ -833,16 +836,7 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
     """TRL's GRPOConfig from the recipe's `grpo:` section; errors name the bad key."""
     from trl import GRPOConfig
 
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    unknown = sorted(set(recipe.grpo) - known)
-    if unknown:
-        raise RecipeError(
-            f"unknown key grpo.{unknown[0]} in {recipe.source}: it is not a TRL GRPOConfig field "
-            "(see https://huggingface.co/docs/trl/grpo_trainer)"
-        )
-    lr = recipe.grpo.get("learning_rate", 1e-6)
-    if not isinstance(lr, int | float) or not lr > 0:
-        raise RecipeError(f"grpo.learning_rate={lr!r}; it must be a number > 0")
+    check_grpo_values(recipe.grpo, recipe.source)
     # TRL defaults bf16 to True, which fails on a CPU and is ~4x slower than fp32 on CPUs without bf16
     # units; grpokit turns it on where it measures faster (grpokit.precision), unless the recipe says.
     if "output_dir" in recipe.grpo:
@@ -867,6 +861,90 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path):
         raise RecipeError(f"bad value in the grpo section of {recipe.source}: {err}") from err
 
 
+# Ranges TRL leaves to fail late (or never): key -> (test, what the value must be).
+GRPO_RANGES: dict[str, tuple[Any, str]] = {
+    "learning_rate": (lambda v: v > 0, "a number > 0"),
+    "temperature": (lambda v: v > 0, "> 0 (sampling needs a temperature above zero)"),
+    "beta": (lambda v: v >= 0, ">= 0 (0 turns the KL term off)"),
+    "epsilon": (lambda v: v > 0, "> 0"),
+    "num_generations": (lambda v: v >= 2, ">= 2 (a group needs two completions to compare)"),
+    "max_completion_length": (lambda v: v >= 1, ">= 1"),
+    "max_prompt_length": (lambda v: v >= 1, ">= 1"),
+    "per_device_train_batch_size": (lambda v: v >= 1, ">= 1"),
+    "gradient_accumulation_steps": (lambda v: v >= 1, ">= 1"),
+    "num_iterations": (lambda v: v >= 1, ">= 1"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "top_k": (lambda v: v >= 0, ">= 0 (0: no top-k)"),
+    "logging_steps": (lambda v: v > 0, "> 0"),
+}
+
+
+def check_grpo_values(grpo: dict[str, Any], source: str = "the recipe") -> None:
+    """Every `grpo:` key is a field of TRL's GRPOConfig, of the type TRL declares (and among its choices
+    where it lists them), and inside the range GRPO needs; the message names the key, the value and the fix.
+    TRL's config class does not check its own types, so a bad value would otherwise fail deep in a run."""
+    from trl import GRPOConfig
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    hints = typing.get_type_hints(GRPOConfig)
+    for key, value in grpo.items():
+        if key not in fields:
+            raise RecipeError(
+                f"unknown key grpo.{key}{did_you_mean(key, fields)} in {source}: it is not a TRL GRPOConfig field "
+                "(see https://huggingface.co/docs/trl/grpo_trainer)"
+            )
+        choices = fields[key].metadata.get("choices")
+        if value is not None and choices and value not in choices:
+            raise RecipeError(f"grpo.{key}={value!r}; TRL accepts one of {', '.join(map(str, choices))}")
+        problem = _trl_type_problem(hints[key], value)
+        if problem:
+            raise RecipeError(f"grpo.{key}={value!r}: {problem}")
+        if key in GRPO_RANGES and isinstance(value, int | float) and not isinstance(value, bool):
+            test, want = GRPO_RANGES[key]
+            if not test(value):
+                raise RecipeError(f"grpo.{key}={value!r}; it must be {want}")
+
+
+def _trl_type_problem(hint: Any, value: Any) -> str | None:
+    """Why `value` does not fit the type TRL declares for a field (None: it fits, or the type is one grpokit
+    does not check); an enum's values are the choices of a field typed `SomeEnum | str`."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    enums = [o for o in options if isinstance(o, type) and issubclass(o, enum.Enum)]
+    if enums and isinstance(value, str):
+        allowed = [m.value for e in enums for m in e]
+        return None if value in allowed else f"TRL accepts one of {', '.join(map(str, allowed))}"
+    if any(_fits(option, value) for option in options):
+        return None
+    names = " or ".join(getattr(o, "__name__", str(o)).replace("NoneType", "null") for o in options)
+    return f"TRL declares it {names}, got {type(value).__name__}"
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if hint is Any or (not isinstance(hint, type) and origin is None):
+        return True  # a typing construct grpokit does not check: TRL's own checks apply
+    if hint is type(None):
+        return value is None
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list or hint is list:
+        args = typing.get_args(hint)
+        return isinstance(value, list) and (not args or all(_fits(args[0], item) for item in value))
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    if isinstance(hint, type) and origin is None:
+        return isinstance(value, hint) or not isinstance(value, int | float | str | bool | list | dict)
+    return True
+
+
 def default_report_to() -> list[str]:
     """TensorBoard when it is installed (it is a grpokit dependency); `grpo.report_to` picks others."""
     import importlib.util
@@ -888,7 +966,9 @@ def _build(cls: type, data: Any, where: str) -> Any:
     unknown = sorted(set(data) - fields)
     if unknown:
         key = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise RecipeError(f"unknown key '{key}'; known keys in {label}: {', '.join(sorted(fields))}")
+        raise RecipeError(
+            f"unknown key '{key}'{did_you_mean(unknown[0], fields)}; known keys in {label}: {', '.join(sorted(fields))}"
+        )
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(hints[name], value, f"{where}.{name}" if where else name)

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+from collections.abc import Iterable
 from typing import Any
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the known name closest to a misspelt `name`, else an empty string.
+
+    >>> did_you_mean("arithmetc", ["arithmetic", "countdown"])
+    " (did you mean 'arithmetic'?)"
+    >>> did_you_mean("zzz", ["arithmetic"])
+    ''
+    """
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def lookup(registry: dict[str, Any], name: str, kind: str) -> Any:
@@ -18,4 +32,7 @@ def lookup(registry: dict[str, Any], name: str, kind: str) -> Any:
             return getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as err:
             raise RecipeError(f"cannot import {kind} {name!r}: {err}") from err
-    raise RecipeError(f"unknown {kind} {name!r}; known: {', '.join(sorted(registry))} (or a dotted import path)")
+    raise RecipeError(
+        f"unknown {kind} {name!r}{did_you_mean(name, registry)}; known: {', '.join(sorted(registry))} "
+        "(or a dotted import path)"
+    )

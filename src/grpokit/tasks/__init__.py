@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from grpokit.parsing import THINK_TAGS, Tags
-from grpokit.registry import lookup
+from grpokit.registry import did_you_mean, lookup
 from grpokit.tasks.base import Task
 
 TASKS: dict[str, type[Task]] = {}
@@ -41,7 +41,10 @@ def build_task(name: str, params: dict[str, Any] | None = None, tags: Tags = THI
             raise RecipeError(f"task.params.{old} for task {name!r} is gone: {new}")
     unknown = sorted(set(params or {}) - known)
     if unknown:
-        raise RecipeError(f"unknown key task.params.{unknown[0]} for task {name!r}; known: {', '.join(sorted(known))}")
+        raise RecipeError(
+            f"unknown key task.params.{unknown[0]} for task {name!r}{did_you_mean(unknown[0], known)}; "
+            f"known: {', '.join(sorted(known))}"
+        )
     try:
         config = cls.config_class(**(params or {}))
         task = cls(config)

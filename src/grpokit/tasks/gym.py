@@ -41,6 +41,7 @@ from grpokit.parsing import extract_answer
 from grpokit.sandbox import SandboxError, shared_sandbox
 from grpokit.scorers import IN_TRAINER, gym_path, gym_refusal
 from grpokit.tasks import register_task
+from grpokit.registry import did_you_mean
 from grpokit.tasks.base import SPLITS, Example, Task, check_fractions, check_split, normalise_question, split_of
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,10 @@ class ReasoningGymConfig:
         if not self.dataset:
             raise ValueError("task.params.dataset is required: a reasoning-gym dataset name, e.g. countdown")
         if self.dataset not in DATASETS:
-            raise ValueError(f"unknown reasoning-gym dataset {self.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+            raise ValueError(
+                f"unknown reasoning-gym dataset {self.dataset!r}{did_you_mean(self.dataset, DATASETS)}; "
+                f"known: {', '.join(sorted(DATASETS))}"
+            )
         from grpokit.gym_audit import refusal
 
         refused = refusal(self.dataset)
