@@ -135,7 +135,7 @@ def check_common(out):
     assert re.search(r"cold_start: 2 steps of 4 examples, on cpu \(fp32\), training [\d.]+M of [\d.]+M parameters", out)
     assert re.search(r"grpo: 10 steps of 2 prompts x 4 completions, on cpu \(fp32\)", out)
     assert re.search(r"grpo 10/10  ETA 0 s  [\d.]+ s/step  reward [\d.]+ \(format [\d.]+, correctness [\d.]+\)", out)
-    assert re.search(r"held-out [\d.]+% \(step 5\)", out)
+    assert re.search(r"validation [\d.]+% \(step 5\)", out)
     assert "cold_start 2/2" in out and "grpo: done, 10 steps in" in out
     # TRL's metric dicts and tqdm bars stay off the console; per-step lines go to train.log only.
     assert "{'loss'" not in out and "'reward'" not in out and "it/s]" not in out and "grpo step " not in out

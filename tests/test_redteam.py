@@ -196,7 +196,9 @@ def test_rewards_check_finds_the_universal_answers_reasoning_gym_s_scorer_pays(d
     universal answer; with it on, nothing."""
     from grpokit.parsing import extract_answer
 
-    task = build_task("reasoning_gym", {"dataset": dataset, "validation_fraction": 0.1, "test_fraction": 0.5})  # puzzle24 generates slowly
+    task = build_task(
+        "reasoning_gym", {"dataset": dataset, "validation_fraction": 0.1, "test_fraction": 0.5}
+    )  # puzzle24 generates slowly
     rows = task.dataset("test", 8)
     rewards = [("correctness", 1.0, make_reward("correctness", task))]
     assert check(task, rewards, rows) == []

@@ -124,3 +124,37 @@ def test_a_prefill_think_runs_saved_completions_are_scored_with_the_prompts_thou
     completion = "2 + 3 * 4 = 14.</think><answer>14</answer>"  # as saved: the prompt ended with <think>
     assert [score(completion, {"answer": 14}) for score in report._scorers(opened)] == [1.0, 1.0]
     assert [score(completion, {"answer": 14}) for score in report._scorers(plain)] == [0.0, 1.0]
+
+
+def test_an_interrupted_run_gets_a_partial_report_marked_as_such(tmp_path):
+    """No summary.json (the run stopped in its warm-up): the page shows what it logged, with its status."""
+    import json
+
+    from tests.fake_runs import eval_result, make_run
+
+    status = {
+        "status": "interrupted",
+        "error": "TrainingInterrupted: SIGTERM",
+        "checkpoint": "/runs/x/warmup/checkpoint-6",
+    }
+    run = make_run(tmp_path, status=status, finished=False)
+    (run / "eval_before.json").write_text(json.dumps(eval_result(0.0, 0.0)), encoding="utf-8")
+    before = {
+        "name": "before",
+        "kind": "eval",
+        "split": "test",
+        "accuracy": 0.0,
+        "stderr": 0.0,
+        "format_rate": 0.0,
+        "n": 10,
+        "minutes": 0.0,
+    }
+    (run / "stages.json").write_text(json.dumps([before]), encoding="utf-8")
+    page = report.main(run).read_text(encoding="utf-8")
+    assert "Partial report" in page and "interrupted" in page and "warmup/checkpoint-6" in page
+    assert "SIGTERM" in page and "<td>before</td>" in page
+
+
+def test_a_folder_that_is_not_a_run_gets_no_report(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a grpokit run directory"):
+        report.main(tmp_path)

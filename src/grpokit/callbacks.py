@@ -60,7 +60,7 @@ class RankProbe:
 
 
 class PeriodicEval:
-    """Greedy held-out accuracy every `eval.every` steps of a stage (sft or grpo), logged through the trainer.
+    """Greedy validation-split accuracy every `eval.every` steps of a stage (sft or grpo), logged through the trainer.
 
     The numbers go where every other metric goes (metrics.jsonl, TensorBoard, `report_to`), and each
     eval's completions are kept in `evals/step_<N>.json`, the same prompts every time. Not at a step after

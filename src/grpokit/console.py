@@ -4,7 +4,7 @@ Before this module the console carried three streams at once: tqdm bars, TRL's m
 (one 40-key dict per step) and grpokit's own lines. Now, at the default verbosity:
 
 - each training stage opens with one line: what runs, how many steps of what, on which device;
-- one progress line per stage (step/total, ETA, s/step, reward and its parts, the latest held-out
+- one progress line per stage (step/total, ETA, s/step, reward and its parts, the latest validation
   accuracy) is rewritten in place on a terminal, and printed every `every` steps when piped;
 - TRL's metric dictionaries and the per-step lines go to train.log and metrics.jsonl only; tqdm bars
   (trainer, weight loading, datasets) are off; other libraries show warnings, not chatter;
@@ -257,7 +257,7 @@ class ConsoleProgress:
         elif "loss" in self.logs:
             parts.append(f"loss {self.logs['loss']:.4f}")
         if self.heldout is not None:
-            parts.append(f"held-out {100 * self.heldout[1]:.1f}% (step {self.heldout[0]})")
+            parts.append(f"validation {100 * self.heldout[1]:.1f}% (step {self.heldout[0]})")
         return "  ".join(parts)
 
     def _due(self, state: Any) -> bool:

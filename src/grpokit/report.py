@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from grpokit import plots
+from grpokit import plots, runs
 from grpokit.guarded import Guarded
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,16 @@ def timeline(run_dir: Path, metrics: list[dict[str, Any]] | None = None) -> list
     return found
 
 
+def partial_summary(run_dir: Path) -> dict[str, Any]:
+    """What an unfinished run (interrupted, failed or still running) logged, in summary.json's shape and
+    marked `partial` with its status: the stages that finished (stages.json) and nothing else."""
+    if not (run_dir / "recipe.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} has no recipe.yaml: it is not a grpokit run directory (see grpokit runs)")
+    status = runs.read_status(run_dir)
+    stages = _read_json(run_dir / "stages.json") or []
+    return {"stages": stages, "partial": status, "seconds": {}, "data_notes": []}
+
+
 def checkpoints(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """(label, saved EvalResult) in training order: before, each stage's evaluations, the last one last."""
     return [(label, result) for _, label, result in timeline(run_dir)]
@@ -99,7 +109,7 @@ def main(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     summary = _read_json(run_dir / "summary.json")
     if summary is None:
-        raise FileNotFoundError(f"{run_dir} has no summary.json: it is not a finished grpokit run directory")
+        summary = partial_summary(run_dir)
     metrics = load_metrics(run_dir)
     stages = stage_list(run_dir, summary)
     grpo = grpo_rows(metrics, stages)
@@ -111,7 +121,7 @@ def main(run_dir: str | Path) -> Path:
     evals = {label: result for _, label, result in points if " step " not in label}
     pictures = {
         "Rewards": plots.rewards(grpo),
-        "Held-out accuracy over training": plots.eval_over_steps(points),
+        "Accuracy over training (validation during a stage, test at its end)": plots.eval_over_steps(points),
         "Before and after": plots.before_after(evals),
         "Completion length": plots.lengths(grpo, limit),
         "Warm-up (sft) loss": plots.cold_start_loss(cold),
@@ -236,6 +246,7 @@ def _page(
         f"<h1>grpokit run {e(run_dir.parent.name)}/{e(run_dir.name)}</h1>",
         f"<p>model <b>{e(str(model))}</b>, task <b>{e(str(task))}</b>, "
         f"wall time {seconds.get('total', 0) / 60:.1f} min</p>",
+        _partial_line(summary.get("partial")),
         "<h2>Before and after</h2>",
         _gain_line(summary),
         _results_table(evals, summary.get("stages")),
@@ -316,6 +327,22 @@ def _results_table(evals: dict[str, dict[str, Any]], stages: list[dict[str, Any]
         cells.append(f"{row['minutes']:.1f}" if row.get("minutes") is not None and row.get("kind") != "eval" else "")
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return "\n".join([*rows, "</table>"])
+
+
+def _partial_line(status: dict[str, Any] | None) -> str:
+    """The banner of a report on an unfinished run: its status, its error, where it can resume."""
+    if status is None:
+        return ""
+    e = html.escape
+    state = str(status.get("status", "unknown"))
+    parts = [
+        f"<div class='warn'><b>Partial report:</b> the run is {e(state)}, not finished; this page shows what it logged."
+    ]
+    if status.get("error"):
+        parts.append(f" {e(str(status['error']))}")
+    if status.get("checkpoint"):
+        parts.append(f" It can resume from {e(str(status['checkpoint']))} (grpokit train RECIPE --resume RUN_DIR).")
+    return "".join(parts) + "</div>"
 
 
 def _gain_line(summary: dict[str, Any]) -> str:

@@ -147,11 +147,21 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
     except BaseException as err:
         if main_rank:
             runs.mark_stopped(run_dir, err)  # interrupted with a checkpoint, or failed with the error
+            write_partial_report(run_dir)
         raise
     finally:
         root.removeHandler(log_file)
         root.setLevel(previous_level)
         log_file.close()
+
+
+def write_partial_report(run_dir: Path) -> None:
+    """report.html for a run that stopped before its end, from what it logged; never raises, so the error
+    that stopped the run is the one reported."""
+    try:
+        log.info("partial report: %s", report.main(run_dir))
+    except Exception as err:  # a report is a courtesy here: the run's own error matters more
+        log.warning("no partial report for %s: %s", run_dir, err)
 
 
 def run_stage(
