@@ -38,10 +38,10 @@ from typing import Any
 
 from grpokit.gym_verifiers import VERIFIERS, verify
 from grpokit.parsing import extract_answer
+from grpokit.registry import did_you_mean
 from grpokit.sandbox import SandboxError, shared_sandbox
 from grpokit.scorers import IN_TRAINER, gym_path, gym_refusal
 from grpokit.tasks import register_task
-from grpokit.registry import did_you_mean
 from grpokit.tasks.base import SPLITS, Example, Task, check_fractions, check_split, normalise_question, split_of
 
 logger = logging.getLogger(__name__)
