@@ -47,7 +47,8 @@ def rewards(grpo: list[Row]) -> bytes | None:
 
 
 def eval_over_steps(points: list[tuple[float, str, dict[str, float]]]) -> bytes | None:
-    """Held-out greedy accuracy and format rate: before, after each stage, and every eval.every GRPO steps."""
+    """Greedy accuracy and format rate: on the test split before and after each stage, on the validation
+    split every eval.every GRPO steps."""
     if not points:
         return None
     plt, fig, ax = _figure()
@@ -63,7 +64,9 @@ def eval_over_steps(points: list[tuple[float, str, dict[str, float]]]) -> bytes 
                 xytext=(3, -12),
                 textcoords="offset points",
             )
-    ax.set(title="Held-out accuracy and format (greedy)", xlabel="GRPO step", ylabel="%", ylim=(-3, 105))
+    ax.set(
+        title="Accuracy and format (greedy; validation within a stage)", xlabel="GRPO step", ylabel="%", ylim=(-3, 105)
+    )
     ax.legend(fontsize=8)
     return _png(plt, fig)
 
@@ -96,24 +99,31 @@ def lengths(grpo: list[Row], limit: int | None) -> bytes | None:
     return _png(plt, fig)
 
 
-def before_after(evals: dict[str, dict[str, Any]]) -> bytes | None:
-    """Accuracy and format rate per stage, with pass@k where it was measured."""
+def before_after(evals: dict[str, dict[str, Any]], suites: dict[str, dict[str, float]] | None = None) -> bytes | None:
+    """Test-split accuracy and format rate per stage, with pass@k where it was measured, and each
+    evaluation suite's accuracy (`suites`: stage -> suite name -> accuracy)."""
     if not evals:
         return None
     plt, fig, ax = _figure(width=6.5)
     stages = list(evals)
-    series = [("accuracy", "accuracy"), ("format_rate", "format")]
+    suites = suites or {}
+    series = [("accuracy", "test accuracy"), ("format_rate", "format")]
     ks = sorted({k for e in evals.values() for k in e.get("pass_at_k", {})}, key=int)
     series += [(f"pass@{k}", f"pass@{k}") for k in ks]
+    names = list(dict.fromkeys(name for found in suites.values() for name in found))
+    series += [(f"suite:{name}", f"{name} accuracy") for name in names]
     width = 0.8 / len(series)
     for i, (key, label) in enumerate(series):
-        values = [100 * _metric(evals[s], key) for s in stages]
+        if key.startswith("suite:"):
+            values = [100 * suites.get(s, {}).get(key.removeprefix("suite:"), 0.0) for s in stages]
+        else:
+            values = [100 * _metric(evals[s], key) for s in stages]
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(stages))]
         bars = ax.bar(xs, values, width, label=label)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
     n = evals[stages[0]].get("n", 0)
     ax.set(
-        title=f"Held-out results (n={n})",
+        title=f"Test split (n={n}), greedy",
         ylabel="%",
         ylim=(0, 112),
         xticks=range(len(stages)),

@@ -76,6 +76,14 @@ def timeline(run_dir: Path, metrics: list[dict[str, Any]] | None = None) -> list
     return found
 
 
+def stage_suites(stages: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each stage's evaluation-suite accuracies, by stage name (`after` too, as the last stage's)."""
+    found = {row["name"]: {k: v["accuracy"] for k, v in row.get("suites", {}).items()} for row in stages}
+    if stages:
+        found["after"] = found[stages[-1]["name"]]
+    return found
+
+
 def partial_summary(run_dir: Path) -> dict[str, Any]:
     """What an unfinished run (interrupted, failed or still running) logged, in summary.json's shape and
     marked `partial` with its status: the stages that finished (stages.json) and nothing else."""
@@ -122,7 +130,7 @@ def main(run_dir: str | Path) -> Path:
     pictures = {
         "Rewards": plots.rewards(grpo),
         "Accuracy over training (validation during a stage, test at its end)": plots.eval_over_steps(points),
-        "Before and after": plots.before_after(evals),
+        "Before and after": plots.before_after(evals, stage_suites(stages)),
         "Completion length": plots.lengths(grpo, limit),
         "Warm-up (sft) loss": plots.cold_start_loss(cold),
     }
