@@ -100,17 +100,14 @@ def test_full_disk_says_what_is_safe(tmp_path, capsys, no_model_loads, tiny_mode
         ("grpo.beta=high", "grpo.beta='high': TRL declares it float"),
         ("grpo.temperature=-1", "grpo.temperature=-1; it must be > 0"),
         ("grpo.beta=-0.1", "grpo.beta=-0.1; it must be >= 0"),
-        ("grpo.num_generations=1", "grpo.num_generations=1; it must be >= 2"),
+        ("grpo.num_generations=1", "grpo.num_generations=1; it must be at least 2 generations"),
         ("grpo.lr_scheduler_type=cosinus", "TRL accepts one of linear, cosine"),
         ("grpo.per_device_train_batch_size=63", "must be divisible by num_generations"),
-        ("grpo.learnin_rate=1e-5", "unknown key grpo.learnin_rate (did you mean 'learning_rate'?)"),
-        ("evl.n=3", "unknown key 'evl' (did you mean 'eval'?)"),
-        ("task.name=arithmetc", "unknown task 'arithmetc' (did you mean 'arithmetic'?)"),
-        ("rewards.0.name=formt", "unknown reward 'formt' (did you mean 'format'?)"),
-        (
-            "task.params.min_valu=2",
-            "unknown key task.params.min_valu for task 'arithmetic' (did you mean 'min_value'?)",
-        ),
+        ("grpo.learnin_rate=1e-5", "did you mean 'learning_rate'?"),
+        ("evl.n=3", "train_pass; did you mean 'eval'?"),
+        ("task.name=arithmetc", "did you mean 'arithmetic'?"),
+        ("rewards.0.name=formt", "dotted import path); did you mean 'format'?"),
+        ("task.params.min_valu=2", "validation_fraction; did you mean 'min_value'?"),
     ],
 )
 def test_bad_values_fail_before_a_model_loads_or_a_run_folder_exists(
@@ -131,6 +128,7 @@ def test_a_gym_dataset_name_suggests_the_one_meant():
 
     pytest.importorskip("reasoning_gym")
     with pytest.raises(
-        RecipeError, match=r"unknown reasoning-gym dataset 'basic_arithmetc' \(did you mean 'basic_arithmetic'\?\)"
+        RecipeError,
+        match=r"unknown reasoning-gym dataset 'basic_arithmetc'; known: .*; did you mean 'basic_arithmetic'\?",
     ):
         build_task("reasoning_gym", {"dataset": "basic_arithmetc"})

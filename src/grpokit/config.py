@@ -867,7 +867,7 @@ GRPO_RANGES: dict[str, tuple[Any, str]] = {
     "temperature": (lambda v: v > 0, "> 0 (sampling needs a temperature above zero)"),
     "beta": (lambda v: v >= 0, ">= 0 (0 turns the KL term off)"),
     "epsilon": (lambda v: v > 0, "> 0"),
-    "num_generations": (lambda v: v >= 2, ">= 2 (a group needs two completions to compare)"),
+    "num_generations": (lambda v: v >= 2, "at least 2 generations (a group needs two completions to compare)"),
     "max_completion_length": (lambda v: v >= 1, ">= 1"),
     "max_prompt_length": (lambda v: v >= 1, ">= 1"),
     "per_device_train_batch_size": (lambda v: v >= 1, ">= 1"),
@@ -890,8 +890,8 @@ def check_grpo_values(grpo: dict[str, Any], source: str = "the recipe") -> None:
     for key, value in grpo.items():
         if key not in fields:
             raise RecipeError(
-                f"unknown key grpo.{key}{did_you_mean(key, fields)} in {source}: it is not a TRL GRPOConfig field "
-                "(see https://huggingface.co/docs/trl/grpo_trainer)"
+                f"unknown key grpo.{key} in {source}: it is not a TRL GRPOConfig field "
+                f"(see https://huggingface.co/docs/trl/grpo_trainer){did_you_mean(key, fields)}"
             )
         choices = fields[key].metadata.get("choices")
         if value is not None and choices and value not in choices:
@@ -967,7 +967,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
     if unknown:
         key = f"{where}.{unknown[0]}" if where else unknown[0]
         raise RecipeError(
-            f"unknown key '{key}'{did_you_mean(unknown[0], fields)}; known keys in {label}: {', '.join(sorted(fields))}"
+            f"unknown key '{key}'; known keys in {label}: {', '.join(sorted(fields))}{did_you_mean(unknown[0], fields)}"
         )
     kwargs = {}
     for name, value in data.items():

@@ -9,15 +9,16 @@ from typing import Any
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """` (did you mean 'x'?)` for the known name closest to a misspelt `name`, else an empty string.
+    """`; did you mean 'x'?` for the known name closest to a misspelt `name`, else an empty string: the end
+    of an error message that lists the known names.
 
     >>> did_you_mean("arithmetc", ["arithmetic", "countdown"])
-    " (did you mean 'arithmetic'?)"
+    "; did you mean 'arithmetic'?"
     >>> did_you_mean("zzz", ["arithmetic"])
     ''
     """
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def lookup(registry: dict[str, Any], name: str, kind: str) -> Any:
@@ -33,6 +34,6 @@ def lookup(registry: dict[str, Any], name: str, kind: str) -> Any:
         except (ImportError, AttributeError) as err:
             raise RecipeError(f"cannot import {kind} {name!r}: {err}") from err
     raise RecipeError(
-        f"unknown {kind} {name!r}{did_you_mean(name, registry)}; known: {', '.join(sorted(registry))} "
-        "(or a dotted import path)"
+        f"unknown {kind} {name!r}; known: {', '.join(sorted(registry))} (or a dotted import path)"
+        f"{did_you_mean(name, registry)}"
     )

@@ -42,8 +42,8 @@ def build_task(name: str, params: dict[str, Any] | None = None, tags: Tags = THI
     unknown = sorted(set(params or {}) - known)
     if unknown:
         raise RecipeError(
-            f"unknown key task.params.{unknown[0]} for task {name!r}{did_you_mean(unknown[0], known)}; "
-            f"known: {', '.join(sorted(known))}"
+            f"unknown key task.params.{unknown[0]} for task {name!r}; known: {', '.join(sorted(known))}"
+            f"{did_you_mean(unknown[0], known)}"
         )
     try:
         config = cls.config_class(**(params or {}))

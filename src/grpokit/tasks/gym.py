@@ -77,8 +77,8 @@ class ReasoningGymConfig:
             raise ValueError("task.params.dataset is required: a reasoning-gym dataset name, e.g. countdown")
         if self.dataset not in DATASETS:
             raise ValueError(
-                f"unknown reasoning-gym dataset {self.dataset!r}{did_you_mean(self.dataset, DATASETS)}; "
-                f"known: {', '.join(sorted(DATASETS))}"
+                f"unknown reasoning-gym dataset {self.dataset!r}; known: {', '.join(sorted(DATASETS))}"
+                f"{did_you_mean(self.dataset, DATASETS)}"
             )
         from grpokit.gym_audit import refusal
 
