@@ -24,4 +24,5 @@ def test_rewards_read_a_completion_that_starts_inside_the_prefilled_thought(tiny
     completion = f"{row['question']} is {row['answer']}.</think><answer>{row['answer']}</answer>"
     scores = [reward([row["prompt"]], [completion], answer=[row["answer"]]) for reward in trainer.reward_funcs]
     assert row["prompt"].endswith("<think>") == prefill_think
-    assert scores == ([[1.0], [1.0], [1.0]] if prefill_think else [[0.75], [0.0], [1.0]])
+    # Without the prefill, `</think>` has no `<think>` before it and earns nothing (issue 53): 0.5 from tag_count.
+    assert scores == ([[1.0], [1.0], [1.0]] if prefill_think else [[0.5], [0.0], [1.0]])

@@ -130,9 +130,9 @@ def test_math_drops_training_rows_whose_question_is_a_test_question(tmp_path):
 
 
 def test_old_split_names_and_keys_fail_with_the_new_ones():
-    task = build_task("arithmetic")
+    task, old_name = build_task("arithmetic"), "eval"
     with pytest.raises(ValueError, match="'validation' for tuning and 'test' for reporting"):
-        task.dataset("test", 5)
+        task.dataset(old_name, 5)
     with pytest.raises(RecipeError, match="validation_fraction .* test_fraction"):
         build_task("arithmetic", {"eval_fraction": 0.2})
 
