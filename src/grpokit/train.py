@@ -471,11 +471,11 @@ class HeldOut:
 def held_out(task: Task, recipe: Recipe) -> HeldOut:
     """The run's evaluation sets, drawn before any model loads so that a split too small for the recipe
     fails first. Validation is drawn only when a stage evaluates during training."""
-    watched = max((stage_recipe(recipe, stage).eval for stage in plan_stages(recipe)), key=lambda e: e.every_n)
-    watching = any(stage_recipe(recipe, stage).eval.every for stage in plan_stages(recipe))
+    stages = [stage_recipe(recipe, stage).eval for stage in plan_stages(recipe)]
+    watched = max((section.every_n for section in stages if section.every), default=0)
     try:
         test = task.dataset("test", recipe.eval.n)
-        validation = task.dataset("validation", watched.every_n) if watching else []
+        validation = task.dataset("validation", watched) if watched else []
     except ValueError as err:
         raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
     suites = {}
