@@ -1,4 +1,4 @@
-"""Rollout decoding: grpokit's decoder (`grpokit.decode`) against transformers' forward, same sampler.
+"""Rollout decoding: grpokit's decoder (`grpokit.kernels.decode`) against transformers' forward, same sampler.
 
 The model is the embedded one as the default recipe's warm-up leaves it (`bench_step.warm_model`: a run's
 warm-up adapter with `--warm`, else trained here once), merged. Two shapes, each timed `--repeats` times with the two
@@ -49,21 +49,22 @@ def main() -> int:
     import torch
     from bench_step import RECIPE, warm_model
 
-    import grpokit.decode as decode
-    from grpokit.config import load_recipe, stage_recipe
-    from grpokit.models import load_model
-    from grpokit.precision import cpu_bf16_speedup, cpu_name, default_bf16, matmul_gflops
-    from grpokit.rollout import SamplingSettings, sample
+    import grpokit.kernels.decode as decode
+    from grpokit.kernels.precision import cpu_bf16_speedup, cpu_name, default_bf16, matmul_gflops
+    from grpokit.models.load import load_model
+    from grpokit.recipe.load import load_recipe
+    from grpokit.recipe.stages import stage_recipe
+    from grpokit.rollout.sampler import SamplingSettings, sample
     from grpokit.tasks import build_task
     from grpokit.tasks.base import render_prompt, tokenize_prompts
 
     recipe = load_recipe(RECIPE)
-    from grpokit.memory import follow_recipe
+    from grpokit.kernels.memory import follow_recipe
 
     returned = follow_recipe(recipe.train_pass)  # as `grpokit train` runs the recipe
     grpo = stage_recipe(recipe, next(s for s in recipe.stages if s.kind == "grpo"))
     model, tokenizer = load_model(str(warm_model(recipe, out, args.warm)))
-    from grpokit.attention import use_grouped_attention
+    from grpokit.kernels.attention import use_grouped_attention
 
     dtype = torch.bfloat16 if default_bf16() else torch.float32
     evaluated = model.float().eval().requires_grad_(False)  # evaluation decodes a merged fp32 copy
@@ -176,13 +177,13 @@ def main() -> int:
 
 def weight_streaming_tok_s(model, rows: int, repeats: int = 10) -> float:
     """Tokens per second of a decoding step's matmuls alone at `rows` rows: each layer's projections (q/k/v
-    and gate/up fused, as `grpokit.decode` runs them) and the LM head, on the model's own weights in its
+    and gate/up fused, as `grpokit.kernels.decode` runs them) and the LM head, on the model's own weights in its
     own dtype, one after another, after 3 warm-ups."""
     import time
 
     import torch
 
-    from grpokit.decode import fused
+    from grpokit.kernels.decode import fused
 
     layers = []
     for layer in model.model.layers:

@@ -24,7 +24,7 @@ A dry run on a CPU (tiny shapes, fp32): python bench/bench_gpu.py --tiny
 `--decode` measures the rollout alone instead (`<out>/results_gpu_decode.json`): the same rows and forced
 lengths sampled at T=1 from the model in bf16 (a plain copy, as grpokit's rollout copy is), by transformers'
 `generate` (what TRL calls), by grpokit's sampler on transformers' forward (its path before the static
-decoder), on `grpokit.decode` eager with the static cache, and on it replayed from a CUDA graph (the
+decoder), on `grpokit.kernels.decode` eager with the static cache, and on it replayed from a CUDA graph (the
 default on a GPU); tokens per second, milliseconds per decoding step, the graph's capture time, and a
 greedy check that the graph draws the eager decoder's tokens exactly.
 """
@@ -96,7 +96,7 @@ def hashed_reward(completions: list[str], **_: Any) -> list[float]:
 
 def model_flops(shape: dict[str, Any], rows: int, group: int, prompt: int, completion: int) -> dict[str, float]:
     """FLOPs of one training pass (forward + backward = 3x the forward's matmuls and attention), full fine-tune.
-    `unshared`: every row forwards its prompt; `shared`: each group's prompt forwarded once (grpokit.prefix)."""
+    `unshared`: every row forwards its prompt; `shared`: each group's prompt forwarded once (grpokit.kernels.prefix)."""
     h, inter, layers, vocab = (
         shape[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size")
     )
@@ -119,7 +119,7 @@ def model_flops(shape: dict[str, Any], rows: int, group: int, prompt: int, compl
 def bf16_matmul_tflops(device: str) -> float:
     """The bf16 rate of an 8192^3 product on `device` (1024^3 in a dry run on a CPU), in TFLOP/s: the fastest
     of `repeats` products timed one by one, the peak every CPU benchmark uses (bench/RESULTS.md v0.34)."""
-    from grpokit.precision import matmul_gflops
+    from grpokit.kernels.precision import matmul_gflops
 
     n, repeats = (1024, 3) if device == "cpu" else (8192, 10)
     return matmul_gflops(n, "bfloat16", repeats, inner=n, cols=n, device=device, best=True) / 1000
@@ -155,7 +155,7 @@ def run_contender(name: str, model_name: str, args: argparse.Namespace, device: 
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from grpokit.trainer import GrpoTrainer
+    from grpokit.stages.trainer import GrpoTrainer
 
     kind, shape = TINY if args.tiny else SHAPES[model_name]
     model = build_model(kind, shape, device)
@@ -195,8 +195,8 @@ def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[s
 
     import torch
 
-    from grpokit import decode, precision
-    from grpokit.rollout import SamplingSettings, sample
+    from grpokit.kernels import decode, precision
+    from grpokit.rollout.sampler import SamplingSettings, sample
 
     kind, shape = TINY if args.tiny else SHAPES[model_name]
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -246,10 +246,12 @@ def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[s
     ways: dict[str, Any] = {
         "generate (TRL's path)": generate,
         "grpokit sampler, transformers forward": functools.partial(grpokit_sampler, static=None, graphs=None),
-        "grpokit.decode, static cache, eager": functools.partial(grpokit_sampler, static=True, graphs=False),
+        "grpokit.kernels.decode, static cache, eager": functools.partial(grpokit_sampler, static=True, graphs=False),
     }
     if cuda:
-        ways["grpokit.decode, static cache, CUDA graph"] = functools.partial(grpokit_sampler, static=True, graphs=True)
+        ways["grpokit.kernels.decode, static cache, CUDA graph"] = functools.partial(
+            grpokit_sampler, static=True, graphs=True
+        )
     result: dict[str, Any] = {"rows": len(rows), "tokens": args.tokens, "ways": {}}
     for way, run in ways.items():
         try:
@@ -276,8 +278,10 @@ def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[s
     # Greedy agreement: the graph replays the eager decoder's kernels (identical tokens); transformers'
     # forward rounds bf16 differently (fused projections), so its share of identical tokens is reported.
     check = min(args.tokens, 32)
-    eager = ways["grpokit.decode, static cache, eager"](check, 1)
-    graph = ways.get("grpokit.decode, static cache, CUDA graph", ways["grpokit.decode, static cache, eager"])
+    eager = ways["grpokit.kernels.decode, static cache, eager"](check, 1)
+    graph = ways.get(
+        "grpokit.kernels.decode, static cache, CUDA graph", ways["grpokit.kernels.decode, static cache, eager"]
+    )
     forward = ways["grpokit sampler, transformers forward"](check, 1)
     same = sum(a == b for r, s in zip(eager, forward, strict=True) for a, b in zip(r, s, strict=True))
     result["greedy_graph_equals_eager"] = graph(check, 1) == eager
@@ -286,7 +290,7 @@ def run_decode(model_name: str, args: argparse.Namespace, device: str) -> dict[s
 
 
 def main_decode(args: argparse.Namespace, device: str, record: dict[str, Any], start: float) -> int:
-    from grpokit import memory
+    from grpokit.kernels import memory
 
     path = Path(args.out) / "results_gpu_decode.json"
     for model_name in args.models.split(","):
@@ -346,7 +350,7 @@ def main() -> int:
     start = time.perf_counter()
     import torch
 
-    from grpokit import memory
+    from grpokit.kernels import memory
 
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     out = Path(args.out)

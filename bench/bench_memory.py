@@ -85,11 +85,11 @@ class PhaseSampler:
 @contextlib.contextmanager
 def phases_of_a_run(sampler: PhaseSampler) -> Any:
     """grpokit's phase functions wrapped, where each module calls them, and put back afterwards."""
-    import grpokit.callbacks as callbacks
-    import grpokit.report as report
-    import grpokit.rollout as rollout
-    import grpokit.train as train
-    import grpokit.trainer as trainer
+    import grpokit.report.page as report
+    import grpokit.rollout.sampler as rollout
+    import grpokit.stages.callbacks as callbacks
+    import grpokit.stages.pipeline as train
+    import grpokit.stages.trainer as trainer
 
     def stage_label(fn: Any) -> Any:
         def run(stage: Any, *args: Any, **kwargs: Any) -> Any:
@@ -123,9 +123,9 @@ def phases_of_a_run(sampler: PhaseSampler) -> Any:
 
 def profile_run(recipe_path: str, overrides: list[str]) -> dict[str, Any]:
     """Train `recipe_path` with `overrides`, sampled; returns the run directory, peaks per phase and overall."""
-    from grpokit import train
-    from grpokit.config import load_recipe
-    from grpokit.precision import cpu_name
+    from grpokit.kernels.precision import cpu_name
+    from grpokit.recipe.load import load_recipe
+    from grpokit.stages import pipeline as train
 
     recipe = load_recipe(recipe_path, overrides)
     with PhaseSampler() as sampler, phases_of_a_run(sampler):

@@ -36,7 +36,7 @@ from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
-from grpokit.precision import cpu_name
+from grpokit.kernels.precision import cpu_name
 
 PROBLEMS, PER_PROBLEM, SEED = 128, 8, 15
 KINDS = ("right boxed", "right fraction", "right decimal", "right plain", "wrong", "wrong boxed", "junk", "adversarial")
@@ -114,8 +114,8 @@ def inline_reward(completions: list[str], solution: list[str], **kwargs: object)
 def unsandboxed_reward(completions: list[str], answer: list[str], **kwargs: object) -> list[float]:
     """grpokit's own check (the screen, then math-verify) in the trainer's process, with no sandbox: not a
     way to score model output (the screen would be the only layer), only a floor that splits (c)'s time."""
-    from grpokit.parsing import extract_answer
-    from grpokit.scorers import math_equal
+    from grpokit.sandbox.scorers import math_equal
+    from grpokit.tasks.parsing import extract_answer
 
     answers = [extract_answer(text) for text in completions]
     return [float(a is not None and math_equal(a, str(g))) for a, g in zip(answers, answer, strict=True)]
@@ -138,7 +138,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from grpokit.rewards import make_reward, to_trl
-    from grpokit.sandbox import shared_sandbox
+    from grpokit.sandbox.client import shared_sandbox
     from grpokit.tasks import build_task
 
     problems, completions, kinds = build_completions()

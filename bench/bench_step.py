@@ -82,7 +82,8 @@ class Workload:
 
 
 def recipe_workload(out: Path, warm: str | None) -> Workload:
-    from grpokit.config import load_recipe, stage_recipe
+    from grpokit.recipe.load import load_recipe
+    from grpokit.recipe.stages import stage_recipe
 
     recipe = load_recipe(RECIPE)
     stage = next(s for s in recipe.stages if s.kind == "grpo")
@@ -110,7 +111,7 @@ def warm_model(recipe: Any, out: Path, adapter: str | None) -> Path:
     folder = out / ("warm-model" if adapter is None else f"warm-model-{Path(adapter).name}")
     if (folder / "config.json").is_file():
         return folder
-    from grpokit.models import load_model
+    from grpokit.models.load import load_model
 
     model, tokenizer = load_model("embedded")
     if adapter is not None:
@@ -118,9 +119,9 @@ def warm_model(recipe: Any, out: Path, adapter: str | None) -> Path:
 
         model = PeftModel.from_pretrained(model, adapter)
     else:
-        from grpokit import cold_start
-        from grpokit.config import stage_recipe
-        from grpokit.train import attach_lora
+        from grpokit.recipe.stages import stage_recipe
+        from grpokit.stages import sft as cold_start
+        from grpokit.stages.pipeline import attach_lora
 
         stage = next(s for s in recipe.stages if s.kind == "sft")
         print(f"[bench] training the recipe's warm-up ({stage.steps} sft steps) once, into {folder}", flush=True)
@@ -131,7 +132,7 @@ def warm_model(recipe: Any, out: Path, adapter: str | None) -> Path:
         trainer.args.save_strategy = "no"
         trainer.train()
         # Merged onto the base as shipped (fp32): under bf16 autocast training held the frozen base in bf16
-        # (grpokit.models.hold_frozen_linears), and a merge there would round the deltas into bf16 weights.
+        # (grpokit.models.load.hold_frozen_linears), and a merge there would round the deltas into bf16 weights.
         from peft import PeftModel
 
         trainer.model.save_pretrained(out / "warm-adapter")
@@ -166,7 +167,8 @@ def contender_config(name: str, out: Path, work: Workload) -> Any:
     if name == "trl-tuned":
         return GRPOConfig(**common, bf16=False, gradient_checkpointing=False, beta=0.0)
     if name.startswith("grpokit"):
-        from grpokit.config import build_grpo_config, build_recipe
+        from grpokit.recipe.load import build_recipe
+        from grpokit.recipe.trl_args import build_grpo_config
 
         if work.recipe is not None:  # the recipe's own GRPO settings, as `grpokit train` builds them
             grpo = {**work.recipe.grpo, "max_steps": 1, "report_to": [], "disable_tqdm": True, "seed": 0}
@@ -179,7 +181,7 @@ def contender_config(name: str, out: Path, work: Workload) -> Any:
                 "model": {"name": "embedded"},
                 "lora": {"enabled": False},
                 "rewards": [{"name": n, "weight": w} for n, w in work.rewards],
-                # bf16 left to grpokit: on where this machine measures it faster (grpokit.precision).
+                # bf16 left to grpokit: on where this machine measures it faster (grpokit.kernels.precision).
                 "grpo": {**grpo, "activation_checkpointing": False, "beta": 0.0},
                 "output": {"save_every": 0},
             }
@@ -193,7 +195,7 @@ def grpokit_kwargs(name: str, work: Workload, task: Any, tokenizer: Any, steps: 
     one-batch contender without dynamic sampling or down-sampling: TRL's amount of sampling."""
     if work.recipe is None:
         return {"skip_zero_advantage": name != "grpokit-no-skip"}
-    from grpokit.grpo_stage import trainer_options
+    from grpokit.stages.grpo import trainer_options
 
     recipe = work.recipe
     if name != "grpokit":
@@ -207,11 +209,11 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from grpokit.models import load_model
+    from grpokit.models.load import load_model
     from grpokit.rewards import make_reward, to_trl
+    from grpokit.stages.trainer import GrpoTrainer
     from grpokit.tasks import build_task
     from grpokit.tasks.base import render_prompt
-    from grpokit.trainer import GrpoTrainer
 
     torch.manual_seed(0)
     model, tokenizer = load_model(work.model)
@@ -244,7 +246,7 @@ def time_steps(trainer: Any, steps: int, grpokit: bool) -> dict[str, float]:
     import torch
     from transformers import TrainerCallback
 
-    from grpokit.precision import clock as clock_on
+    from grpokit.kernels.precision import clock as clock_on
 
     def clock() -> float:
         return clock_on("cuda" if torch.cuda.is_available() else "cpu")
@@ -323,7 +325,7 @@ def main() -> int:
 
     import torch
 
-    from grpokit.precision import cpu_bf16_speedup, cpu_name, matmul_gflops
+    from grpokit.kernels.precision import cpu_bf16_speedup, cpu_name, matmul_gflops
 
     torch.set_num_threads(torch.get_num_threads())
     if args.workload == "recipe":
@@ -343,7 +345,7 @@ def main() -> int:
     returned = None  # whether glibc's thresholds were fixed for grpokit's contenders
     for name in names:
         if name.startswith("grpokit") and work.recipe is not None and returned is None:
-            from grpokit.memory import follow_recipe
+            from grpokit.kernels.memory import follow_recipe
 
             # As `grpokit train` runs the recipe; process-wide from here on, so every TRL contender ran before.
             returned = follow_recipe(work.recipe.train_pass)

@@ -77,14 +77,15 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
     from datasets import Dataset
     from torch.utils.flop_counter import FlopCounterMode
 
-    from grpokit.config import build_grpo_config, build_recipe
-    from grpokit.models import load_model
-    from grpokit.precision import matmul_seconds, record_matmuls
-    from grpokit.train import attach_lora
-    from grpokit.trainer import GrpoTrainer
+    from grpokit.kernels.precision import matmul_seconds, record_matmuls
+    from grpokit.models.load import load_model
+    from grpokit.recipe.load import build_recipe
+    from grpokit.recipe.trl_args import build_grpo_config
+    from grpokit.stages.pipeline import attach_lora
+    from grpokit.stages.trainer import GrpoTrainer
 
     if name.endswith("-returned"):  # train_pass.return_freed_memory
-        from grpokit.memory import return_freed_memory
+        from grpokit.kernels.memory import return_freed_memory
 
         return_freed_memory()
     torch.manual_seed(0)
@@ -110,7 +111,7 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         micro_batch_rows=int(name.split("micro")[1].split("-")[0]) if "micro" in name else None,
     )
     if name == "trl":  # TRL's pass on peft's LoRA layers and transformers' modules, not grpokit's fused ones
-        from grpokit import fused_lora, fused_ops
+        from grpokit.kernels import fused_lora, fused_ops
 
         fused_lora.uninstall(trainer.model)
         fused_ops.uninstall(trainer.model)
@@ -163,7 +164,7 @@ def main() -> int:
         print(json.dumps(run_one(args.one, args.repeats, args.group, args.full, out / f"pass-{args.one}")))
         return 0
 
-    from grpokit.precision import cpu_name, matmul_gflops
+    from grpokit.kernels.precision import cpu_name, matmul_gflops
 
     peak = {dtype: matmul_gflops(4096, dtype, repeats=30, best=True) for dtype in ("float32", "bfloat16")}
     results = {}

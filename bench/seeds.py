@@ -55,7 +55,7 @@ def load(where: str) -> dict[str, Any]:
 def load_run(run_dir: Path) -> dict[str, Any]:
     import yaml
 
-    from grpokit.report import checkpoints, grpo_rows, load_metrics, stage_list
+    from grpokit.report.page import checkpoints, grpo_rows, load_metrics, stage_list
 
     if not (run_dir / "recipe.yaml").is_file():
         raise SystemExit(f"{run_dir} has no recipe.yaml: not a grpokit run directory (see grpokit runs)")

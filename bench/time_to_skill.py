@@ -10,7 +10,7 @@ its steps. Prints each curve, the first time 80% / 90% / 95% is reached and whic
 same minutes past the warm-up; draws bench/out/time_to_skill.png and writes bench/out/time_to_skill.json.
 
 Time is training time: the `train_seconds` of each stage's last logged row (the steps' own time summed,
-grpokit.callbacks.MetricsLog), laid end to end. Evaluations and checkpoint saves between steps are left
+grpokit.stages.callbacks.MetricsLog), laid end to end. Evaluations and checkpoint saves between steps are left
 out, so two runs that evaluate at different rates compare (an SFT step is shorter than a GRPO step, so at
 the same step cadence the control evaluates more often); so is the time between stages (the stage-end
 evaluation, saving, building the next trainer). A stage's `max_minutes` budget counts the same way.
@@ -43,7 +43,7 @@ Point = tuple[float, str, float, int]  # (training minutes, label, accuracy, pro
 
 def curve(run_dir: Path) -> tuple[list[Point], list[tuple[float, str]]]:
     """[(training minutes, label, accuracy, n)] and the stage ends [(training minutes, stage)] of a run."""
-    from grpokit.callbacks import step_eval_name
+    from grpokit.stages.callbacks import step_eval_name
 
     records = json.loads((run_dir / "stages.json").read_text())
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -111,8 +111,8 @@ def control_recipe(raw: dict[str, Any], minutes: float, every: int) -> dict[str,
 
 def train_control(run_dir: Path, every: int) -> Path:
     """Train the control of the finished run `run_dir`; its recipe is kept in bench/out."""
-    from grpokit import train
-    from grpokit.config import load_recipe
+    from grpokit.recipe.load import load_recipe
+    from grpokit.stages import pipeline as train
 
     raw = yaml.safe_load((run_dir / "recipe.yaml").read_text())
     minutes = grpo_minutes(run_dir)
@@ -236,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = args.run
     if run_dir is None:
-        from grpokit import train
-        from grpokit.config import load_recipe
+        from grpokit.recipe.load import load_recipe
+        from grpokit.stages import pipeline as train
 
         overrides = [f"eval.every={args.every}", "eval.every_n=200", *args.overrides]
         run_dir = train.main(load_recipe(RECIPE, overrides))

@@ -39,8 +39,8 @@ def write_hub_folder(root: Path, rows: list[dict], eval_rows: int = 8) -> Path:
 
 def build_test_task(name: str, folder: Path, tags=None):
     """Every registered task, built offline with small parameters (files written into `folder`)."""
-    from grpokit.parsing import THINK_TAGS
     from grpokit.tasks import build_task
+    from grpokit.tasks.parsing import THINK_TAGS
 
     params = {
         "arithmetic": {},

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from grpokit.trainer import GrpoTrainer
+from grpokit.stages.trainer import GrpoTrainer
 
 
 class FixedRollouts(GrpoTrainer):
@@ -34,9 +34,10 @@ def train(model_dir: Path, out_dir: Path, skip: bool, processes: int = 1) -> dic
     """Two SGD steps with gradient accumulation 2 and no clipping; the LoRA weights at the end."""
     import transformers
 
-    from grpokit import train as grpokit_train
-    from grpokit.config import build_grpo_config, build_recipe
-    from grpokit.models import load_model
+    from grpokit.models.load import load_model
+    from grpokit.recipe.load import build_recipe
+    from grpokit.recipe.trl_args import build_grpo_config
+    from grpokit.stages import pipeline as grpokit_train
     from grpokit.tasks import build_task
     from tests.conftest import tiny_recipe
 

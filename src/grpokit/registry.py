@@ -23,7 +23,7 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
 def lookup(registry: dict[str, Any], name: str, kind: str) -> Any:
     """`registry[name]`, else `package.module.attr` imported, else an error listing the known names."""
-    from grpokit.config import RecipeError
+    from grpokit.errors import RecipeError
 
     if name in registry:
         return registry[name]

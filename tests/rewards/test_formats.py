@@ -66,7 +66,7 @@ def test_lenient_format_and_tag_count(completion, lenient, tag_count):
 
 
 def test_tag_count_rejects_a_negative_penalty():
-    from grpokit.config import RecipeError
+    from grpokit.errors import RecipeError
 
     with pytest.raises((ValueError, RecipeError)):
         make_reward("tag_count", None, {"trailing_penalty": -1})
@@ -78,8 +78,8 @@ REASONED = "<reasoning>4 * 5 = 20. 3 + 20 = 23.</reasoning><answer>23</answer>"
 
 @pytest.mark.parametrize("name", FORMAT_REWARDS)
 def test_every_format_reward_follows_the_tasks_tags(name):
-    from grpokit.parsing import Tags
     from grpokit.tasks import build_task
+    from grpokit.tasks.parsing import Tags
 
     reasoning = make_reward(name, build_task("arithmetic", tags=Tags(think="reasoning")))
     assert reasoning(REASONED, {}) == 1.0
@@ -92,8 +92,8 @@ def test_every_format_reward_follows_the_tasks_tags(name):
 
 @pytest.mark.parametrize("name", ["format", "format_lenient"])
 def test_the_whole_format_rewards_pay_nothing_for_the_other_thought_tag(name):
-    from grpokit.parsing import Tags
     from grpokit.tasks import build_task
+    from grpokit.tasks.parsing import Tags
 
     assert make_reward(name, build_task("arithmetic", tags=Tags(think="reasoning")))(GOOD, {}) == 0.0
     assert make_reward(name, build_task("arithmetic"))(REASONED, {}) == 0.0
@@ -111,8 +111,8 @@ def test_the_whole_format_rewards_pay_nothing_for_the_other_thought_tag(name):
 )
 def test_answers_inside_or_before_the_thought_earn_nothing_in_other_tags(completion, tag_count):
     """Issue 14's ordering rules hold in a recipe's own tags."""
-    from grpokit.parsing import Tags
     from grpokit.tasks import build_task
+    from grpokit.tasks.parsing import Tags
 
     task = build_task("arithmetic", tags=Tags(think="reasoning", answer="result"))
     assert make_reward("format", task)(completion, {}) == 0.0

@@ -1,6 +1,6 @@
 import pytest
 
-from grpokit.config import RecipeError
+from grpokit.errors import RecipeError
 from grpokit.rewards import REWARDS, make_reward, register_reward, to_trl
 from grpokit.tasks import build_task
 
@@ -100,7 +100,7 @@ def test_a_hanging_reward_is_cut_off_and_the_next_sample_is_scored():
 
 
 def test_prefilled_thought_is_restored_in_the_recipes_tag():
-    from grpokit.parsing import Tags
+    from grpokit.tasks.parsing import Tags
 
     reasoning = Tags(think="reasoning")
     task = build_task("arithmetic", tags=reasoning)

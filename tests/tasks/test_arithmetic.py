@@ -1,6 +1,6 @@
 import pytest
 
-from grpokit.config import RecipeError
+from grpokit.errors import RecipeError
 from grpokit.tasks import build_task
 from grpokit.tasks.arithmetic import solve
 
@@ -117,7 +117,7 @@ def test_split_sum_demonstrations_earn_every_step():
 
 
 def test_demonstration_scores_and_is_strict(task):
-    from grpokit.parsing import is_strict_format
+    from grpokit.tasks.parsing import is_strict_format
 
     for row in task.dataset("test", 50):
         demo = task.demonstration(row)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from grpokit.parsing import THINK_TAGS, Tags, is_strict_format
 from grpokit.rewards import make_reward
 from grpokit.tasks import TASKS, build_task
 from grpokit.tasks.base import DEFAULT_SYSTEM_PROMPT, render_prompt, think_prefilled
+from grpokit.tasks.parsing import THINK_TAGS, Tags, is_strict_format
 from tests.data_files import build_test_task
 
 REASONING = Tags(think="reasoning")

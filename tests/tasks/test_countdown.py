@@ -3,18 +3,11 @@ from itertools import permutations, product
 
 import pytest
 
-from grpokit.config import RecipeError
-from grpokit.expressions import evaluate_expression
-from grpokit.parsing import extract_answer
+from grpokit.errors import RecipeError
 from grpokit.tasks import build_task
-from grpokit.tasks.countdown import (
-    _worked,
-    backtrack_steps,
-    landing_chains,
-    last_step_tries,
-    load_rows,
-    simplest_chain,
-)
+from grpokit.tasks.countdown import _worked, backtrack_steps, landing_chains, last_step_tries, load_rows, simplest_chain
+from grpokit.tasks.expressions import evaluate_expression
+from grpokit.tasks.parsing import extract_answer
 
 
 @pytest.fixture(scope="module")

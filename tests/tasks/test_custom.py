@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from grpokit.config import RecipeError
-from grpokit.redteam import check
+from grpokit.errors import RecipeError
 from grpokit.rewards import make_reward
+from grpokit.rewards.redteam import check
 from grpokit.tasks import build_task
 
 

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from grpokit.config import RecipeError
+from grpokit.errors import RecipeError
 from grpokit.tasks import build_task
 
 PAYLOAD = "__import__('os').system('touch pwned.txt')"
@@ -77,7 +77,7 @@ def test_countdown_is_decided_by_the_ast_evaluator_and_agrees_with_reasoning_gym
 
     import reasoning_gym.games.countdown as gym_countdown
 
-    from grpokit.gym_verifiers import countdown as countdown_score
+    from grpokit.tasks.gym_verifiers import countdown as countdown_score
 
     rng = random.Random(0)
     checked = 0
@@ -121,13 +121,13 @@ def test_countdown_is_decided_by_the_ast_evaluator_and_agrees_with_reasoning_gym
     ],
 )
 def test_each_scoring_path_screens_its_language(dataset, answer, refused):
-    from grpokit.scorers import gym_refusal
+    from grpokit.sandbox.scorers import gym_refusal
 
     assert (gym_refusal(dataset, answer) is not None) == refused
 
 
 def test_tasks_command_lists_the_scoring_paths(capsys):
-    from grpokit.cli import main
+    from grpokit.cli.commands import main
 
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
@@ -144,7 +144,7 @@ FIVE = ["puzzle24", "complex_arithmetic", "number_sorting", "game_of_life_haltin
 def test_the_probe_audit_finds_the_hole_and_grpokit_pays_no_probe(dataset):
     """The full audit (every probe on 32 problems) of each of the five: reasoning-gym's own scorer pays a
     universal answer on more than one problem, grpokit's path pays none, and the shipped audit says so."""
-    from grpokit.gym_audit import audit_dataset, load_audit
+    from grpokit.tasks.gym_audit import audit_dataset, load_audit
 
     result = audit_dataset(dataset)
     assert result["raw"], "reasoning-gym's scorer no longer pays any probe: re-check this dataset"
@@ -181,7 +181,7 @@ def test_grpokit_s_verifiers_agree_with_reasoning_gym_on_right_answers():
     """Each verifier pays the gold and the forms reasoning-gym's scorer fully pays that are exact."""
     import reasoning_gym
 
-    from grpokit.gym_verifiers import verify
+    from grpokit.tasks.gym_verifiers import verify
 
     rewrites = {
         "puzzle24": lambda gold: [gold, f"({gold})", gold.replace(" ", "")],
@@ -200,7 +200,7 @@ def test_grpokit_s_verifiers_agree_with_reasoning_gym_on_right_answers():
 
 
 def test_a_dataset_the_audit_finds_paying_a_probe_is_refused_naming_it(monkeypatch):
-    from grpokit import gym_audit
+    from grpokit.tasks import gym_audit
 
     audited = {"problems": 32, "datasets": {"basic_arithmetic": {"raw": {"nan": 5}, "grpokit": {"nan": 5}}}}
     monkeypatch.setattr(gym_audit, "load_audit", lambda: audited)
@@ -213,7 +213,7 @@ def test_a_dataset_the_audit_finds_paying_a_probe_is_refused_naming_it(monkeypat
 def test_the_shipped_audit_covers_every_dataset():
     from reasoning_gym.factory import DATASETS
 
-    from grpokit.gym_audit import load_audit, refusal
+    from grpokit.tasks.gym_audit import load_audit, refusal
 
     audited = load_audit()["datasets"]
     assert set(audited) == set(DATASETS)
@@ -222,7 +222,7 @@ def test_the_shipped_audit_covers_every_dataset():
 
 
 def test_tasks_command_shows_the_probe_audit_per_dataset(capsys):
-    from grpokit.cli import main
+    from grpokit.cli.commands import main
 
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out.split("probe audit")[1]

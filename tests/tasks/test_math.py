@@ -2,10 +2,10 @@ import threading
 
 import pytest
 
-from grpokit.config import RecipeError
-from grpokit.redteam import check
+from grpokit.errors import RecipeError
 from grpokit.rewards import make_reward, to_trl
-from grpokit.sandbox import shared_sandbox
+from grpokit.rewards.redteam import check
+from grpokit.sandbox.client import shared_sandbox
 from grpokit.tasks import build_task
 from grpokit.tasks.math_problems import boxed_answer, gsm8k_answer, math_score, math_scores
 from tests.data_files import GSM8K, NUMINA, write_hub_folder, write_jsonl

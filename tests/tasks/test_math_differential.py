@@ -13,7 +13,7 @@ from functools import cache
 
 import pytest
 
-from grpokit import scorers
+from grpokit.sandbox import scorers
 from grpokit.tasks import build_task
 from grpokit.tasks.math_problems import math_score
 from tests.data_files import build_test_task, write_jsonl

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from grpokit import scorers
-from grpokit.math_notation import read_math
+from grpokit.sandbox import scorers
+from grpokit.sandbox.math_notation import read_math
 
 N_PAIRS = 2000
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from grpokit.config import RecipeError
+from grpokit.errors import RecipeError
 from grpokit.tasks import build_task
 from grpokit.tasks.base import SPLITS
 

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grpokit.parsing import THINK_TAGS, Tags, normalize_completion
+from grpokit.errors import SandboxTimeout
 from grpokit.registry import lookup
-from grpokit.sandbox import SandboxTimeout
 from grpokit.tasks.base import Task
+from grpokit.tasks.parsing import THINK_TAGS, Tags, normalize_completion
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def get_reward_factory(name: str) -> RewardFactory:
 
 
 def make_reward(name: str, task: Task, params: dict[str, Any] | None = None) -> Reward:
-    from grpokit.config import RecipeError
+    from grpokit.errors import RecipeError
 
     try:
         return get_reward_factory(name)(task, **(params or {}))

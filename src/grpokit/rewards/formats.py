@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from grpokit.parsing import (
+from grpokit.rewards import Reward, register_reward
+from grpokit.tasks.base import Task
+from grpokit.tasks.parsing import (
     MAX_COMPLETION_CHARS,
     THINK_TAGS,
     answer_after_thought,
@@ -17,8 +19,6 @@ from grpokit.parsing import (
     is_strict_format,
     tag_counts,
 )
-from grpokit.rewards import Reward, register_reward
-from grpokit.tasks.base import Task
 
 
 @register_reward("format")

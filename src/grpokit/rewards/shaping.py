@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from grpokit.parsing import MAX_COMPLETION_CHARS
 from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.base import Task
+from grpokit.tasks.parsing import MAX_COMPLETION_CHARS
 
 
 @register_reward("length_cosine", bounds=(-1.0, 1.0))

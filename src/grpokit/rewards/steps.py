@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import re
 
-from grpokit.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
 from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.arithmetic import solve
 from grpokit.tasks.base import Task
+from grpokit.tasks.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
 
 _DIGITS = "[0-9]{1,60}"  # wide enough for any value the arithmetic task's configs reach
 _TERM = rf"\([-−]{_DIGITS}\)|{_DIGITS}"  # an operand: a whole number, a negative one in brackets

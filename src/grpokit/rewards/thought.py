@@ -22,10 +22,10 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from grpokit.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
 from grpokit.rewards import Reward, register_reward
 from grpokit.tasks.base import Task
 from grpokit.tasks.countdown import APPLY, BACKTRACK_MOST
+from grpokit.tasks.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
 
 # Terms may carry decimals so that a step written with one is read, and refused (countdown's steps are whole).
 _NUMBER = r"[0-9]{1,18}(?:\.[0-9]+)?"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from grpokit.parsing import THINK_TAGS, Tags
 from grpokit.registry import did_you_mean, lookup
 from grpokit.tasks.base import Task
+from grpokit.tasks.parsing import THINK_TAGS, Tags
 
 TASKS: dict[str, type[Task]] = {}
 
@@ -32,7 +32,7 @@ def get_task_class(name: str) -> type[Task]:
 
 def build_task(name: str, params: dict[str, Any] | None = None, tags: Tags = THINK_TAGS) -> Task:
     """The task `name` with its config from `params`, reading and writing completions in `tags`."""
-    from grpokit.config import RecipeError
+    from grpokit.errors import RecipeError
 
     cls = get_task_class(name)
     known = {f.name for f in dataclasses.fields(cls.config_class)}

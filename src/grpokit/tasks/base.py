@@ -10,7 +10,7 @@ import hashlib
 import unicodedata
 from typing import Any, ClassVar
 
-from grpokit.parsing import THINK_TAGS, Tags
+from grpokit.tasks.parsing import THINK_TAGS, Tags
 
 
 def default_system_prompt(tags: Tags = THINK_TAGS) -> str:
@@ -44,7 +44,7 @@ class Task:
     config_class: ClassVar[type]
     system_prompt: ClassVar[str | None] = None  # a task's own instruction; None: `default_system_prompt(tags)`
     tags: Tags = THINK_TAGS
-    # True when scoring runs a verifier in the sandbox worker (grpokit.sandbox), which needs the
+    # True when scoring runs a verifier in the sandbox worker (grpokit.sandbox.client), which needs the
     # kernel's confinement or the recipe's sandbox.allow_unconfined.
     uses_sandbox: bool = False
     # True when every problem carries its worked solution as `x op y = z.` lines in `example["steps"]`,

@@ -14,14 +14,14 @@ a problem.
 Correctness is strict: 1.0 when `score_answer` returns at least `threshold` (1.0 by default), else 0.0;
 reasoning-gym's partial credit (0.01 for a malformed answer, 0.05 for a wrong one) is not paid.
 Several reasoning-gym scorers hand the answer to sympy's `parse_expr` or to Python `eval`. Each
-dataset has a scoring path (`grpokit tasks` lists them, `grpokit.scorers.GYM_PATHS` defines them):
-countdown and puzzle24 are decided by grpokit's own AST evaluator (`grpokit.expressions`) in the
+dataset has a scoring path (`grpokit tasks` lists them, `grpokit.sandbox.scorers.GYM_PATHS` defines them):
+countdown and puzzle24 are decided by grpokit's own AST evaluator (`grpokit.tasks.expressions`) in the
 trainer; scorers that parse sympy or Python literals get a screen for that language first; every
 reasoning-gym scorer runs only in the confined sandbox worker.
 
-Every dataset is audited by probes (`grpokit.gym_audit`): answers that solve nothing (`0`, `nan`,
+Every dataset is audited by probes (`grpokit.tasks.gym_audit`): answers that solve nothing (`0`, `nan`,
 `banana`, the gold off by one, a list of NaN, ...). Where reasoning-gym's scorer pays one on more than
-one problem, grpokit decides with its own strict verifier (`grpokit.gym_verifiers`: puzzle24,
+one problem, grpokit decides with its own strict verifier (`grpokit.tasks.gym_verifiers`: puzzle24,
 complex_arithmetic, number_sorting, game_of_life_halting, coin_flip), or refuses the dataset with a
 message naming the probe; `grpokit tasks` shows each dataset's result.
 """
@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from grpokit.gym_verifiers import VERIFIERS, verify
-from grpokit.parsing import extract_answer
+from grpokit.errors import SandboxError
 from grpokit.registry import did_you_mean
-from grpokit.sandbox import SandboxError, shared_sandbox
-from grpokit.scorers import IN_TRAINER, gym_path, gym_refusal
+from grpokit.sandbox.client import shared_sandbox
+from grpokit.sandbox.scorers import IN_TRAINER, gym_path, gym_refusal
 from grpokit.tasks import register_task
 from grpokit.tasks.base import SPLITS, Example, Task, check_fractions, check_split, normalise_question, split_of
+from grpokit.tasks.gym_verifiers import VERIFIERS, verify
+from grpokit.tasks.parsing import extract_answer
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class ReasoningGymConfig:
                 f"unknown reasoning-gym dataset {self.dataset!r}; known: {', '.join(sorted(DATASETS))}"
                 f"{did_you_mean(self.dataset, DATASETS)}"
             )
-        from grpokit.gym_audit import refusal
+        from grpokit.tasks.gym_audit import refusal
 
         refused = refusal(self.dataset)
         if refused:
@@ -154,7 +155,7 @@ class ReasoningGymTask(Task):
             return 0.0
         try:
             value = shared_sandbox().score(
-                "grpokit.scorers:gym_score",
+                "grpokit.sandbox.scorers:gym_score",
                 self.config.dataset,
                 dict(self.params_key),
                 index,

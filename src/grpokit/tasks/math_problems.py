@@ -15,8 +15,8 @@ Items whose gold answer math-verify cannot read are skipped, counted and reporte
 training log, `summary.json`), never scored 0 in silence. Scoring is math-verify's
 `verify(parse(gold), parse(answer))` with gold and answer read as LaTeX (`$...$`) and plain
 expressions in one call, so `3\\sqrt{2}` is not 3 and `1, 2, 3` is a set; answers first pass
-`grpokit.scorers.math_refusal` (no code-like text; no hedges or relations the gold lacks). It runs in
-the confined sandbox worker (`grpokit.sandbox`): its timeouts hold whatever thread calls, and a hung
+`grpokit.sandbox.scorers.math_refusal` (no code-like text; no hedges or relations the gold lacks). It runs in
+the confined sandbox worker (`grpokit.sandbox.client`): its timeouts hold whatever thread calls, and a hung
 or crashing check scores 0 and is counted in `score_errors`. `score_many` (what the correctness reward
 gives TRL's batch to) sends a batch's checks in one round trip, with the same verdicts as `score`.
 
@@ -35,12 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpokit.data import is_local_file, load_split, read_file, require_columns
-from grpokit.parsing import extract_answer
-from grpokit.sandbox import SandboxError, SandboxRefused, SandboxTimeout, shared_sandbox
-from grpokit.scorers import math_refusal
+from grpokit.errors import SandboxError, SandboxRefused, SandboxTimeout
+from grpokit.sandbox.client import shared_sandbox
+from grpokit.sandbox.scorers import math_refusal
 from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, check_fractions, check_split, normalise_question, partition
+from grpokit.tasks.data import is_local_file, load_split, read_file, require_columns
+from grpokit.tasks.parsing import extract_answer
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def math_scores(answers: list[str | None], golds: list[str]) -> list[float]:
     todo = [i for i, (answer, gold) in enumerate(pairs) if answer is not None and math_refusal(answer, gold) is None]
     checks = [list(pairs[i]) for i in todo]
     try:
-        results = shared_sandbox().score_many("grpokit.scorers:math_equal", checks, timeout=SCORE_TIMEOUT_S)
+        results = shared_sandbox().score_many("grpokit.sandbox.scorers:math_equal", checks, timeout=SCORE_TIMEOUT_S)
     except SandboxError as err:  # refused on this machine: every check fails
         results = [err] * len(todo)
     for i, result in zip(todo, results, strict=True):
@@ -80,7 +81,7 @@ def math_scores(answers: list[str | None], golds: list[str]) -> list[float]:
 
 def gold_parses(gold: str) -> bool:
     try:
-        return shared_sandbox().score("grpokit.scorers:math_gold_parses", gold, timeout=SCORE_TIMEOUT_S) == 1.0
+        return shared_sandbox().score("grpokit.sandbox.scorers:math_gold_parses", gold, timeout=SCORE_TIMEOUT_S) == 1.0
     except SandboxRefused:
         raise
     except SandboxError:

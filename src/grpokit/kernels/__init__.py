@@ -1,0 +1,1 @@
+"""Speed only: each module is exact against a plain reference and imports torch and model wrappers."""

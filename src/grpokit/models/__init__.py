@@ -1,0 +1,1 @@
+"""Models: loading (embedded, hub, local), the hub, export of a merged model."""

@@ -1,0 +1,1 @@
+"""The recipe: its schema, loading and overrides, validation, stage planning, TRL's config."""

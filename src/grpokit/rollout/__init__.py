@@ -1,0 +1,1 @@
+"""Sampling completions from the policy."""

@@ -1,0 +1,1 @@
+"""Run folders: status records, checkpoints and resume, disk space."""

@@ -1,0 +1,1 @@
+"""Scoring untrusted completions: the client the trainer calls, the confined worker, its screens."""
