@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup seccomp browser train test test-fast lint bench bench-skill bench-rewards bench-memory bench-gpu clean
+.PHONY: setup seccomp browser train test test-fast docs lint bench bench-skill bench-rewards bench-memory bench-gpu clean
 
 setup: seccomp $(VENV)/.setup-done
 
@@ -35,11 +35,15 @@ browser:
 train: setup
 	$(BIN)/grpokit train $(RECIPE) $(ARGS)
 
-test: setup browser
+test: setup browser docs
 	GRPOKIT_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The docs site (mkdocs.yml, docs/) into site/; strict: a broken link or anchor fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 # Benchmarks print tables; bench/RESULTS.md keeps each measured version. Nothing else should run meanwhile.
 bench: setup
@@ -67,4 +71,4 @@ lint: setup
 	$(BIN)/ruff format --check src tests bench scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

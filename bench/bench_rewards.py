@@ -18,7 +18,7 @@ time. Contenders:
   not a contender (model output must not be scored there), a floor that shows what the sandbox costs.
 
 It checks that (b) and (c) agree on every completion, and counts where (a) and (c) differ, by kind.
-Numbers go to bench/results_rewards.json as well.
+Numbers go to bench/results/results_rewards.json as well.
 
 Run: `make bench-rewards` (or python bench/bench_rewards.py [--per-call 64,256] [--out PATH]).
 """
@@ -134,7 +134,7 @@ def timed(reward, completions: list[str], rows: list[dict], per_call: int) -> tu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-call", default="64,256", help="completions per reward call for (c), comma-separated")
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results_rewards.json")))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "results_rewards.json"))
     args = parser.parse_args()
 
     from grpokit.rewards import make_reward, to_trl
