@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.errors import RecipeError
+from grpokit.recipe.tags import THINK_TAGS, Tags
 from grpokit.registry import did_you_mean
-from grpokit.tasks.parsing import THINK_TAGS, Tags
 
 
 @dataclass

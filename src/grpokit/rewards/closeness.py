@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
 
 

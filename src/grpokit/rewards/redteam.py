@@ -7,7 +7,7 @@ weighted reward beats an honest, well-formed wrong answer, when the task's verif
 reward raises, or when one call takes over a second. The honest wrong answer is checked to be wrong:
 if the task's verifier accepts it, no candidate is used and that is a finding of its own.
 
-Universal answers (`grpokit.rewards.probes`: `0`, `nan`, `banana`, `[]`, another problem's gold, the gold off by
+Universal answers (`grpokit.tasks.probes`: `0`, `nan`, `banana`, `[]`, another problem's gold, the gold off by
 one, a list of NaN, `1*2*3*4`, ...) are scored by the task's verifier on every problem checked: one paid
 on more than one problem is a finding, and so is one whose scoring takes over a second.
 """
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from grpokit.rewards import probes
+from grpokit.tasks import probes
 from grpokit.tasks.base import Example, Task
 from grpokit.tasks.parsing import normalize_completion, retag
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
 from grpokit.tasks.countdown import APPLY, BACKTRACK_MOST
 from grpokit.tasks.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
