@@ -5,7 +5,7 @@ reasoning-gym scorers), and math-verify's timeouts need a main thread. grpokit s
 before any such verifier sees it (`grpokit.sandbox.scorers`), and runs the verifiers in one long-lived worker
 (`grpokit.sandbox.worker`, the confined side), which forks a fresh, further-confined child per call.
 
-This side holds three promises:
+This side holds these promises:
 - **Plain data.** Requests and replies are JSON lines; a reply is checked for its request id and
   shape, and `score` accepts only a finite number within the caller's bounds. Nothing the worker
   sends is unpickled or evaluated, so nothing it sends can run code here.
@@ -52,7 +52,7 @@ from grpokit.sandbox.confine import Confinement
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 5.0
-START_TIMEOUT = 180.0  # preloading math-verify and reasoning-gym on a busy 2-core machine
+START_TIMEOUT = 180.0  # room to preload math-verify and reasoning-gym on a busy machine
 MEMORY_LIMIT_BYTES = 4 * 1024**3
 MAX_LINE_BYTES = 1 << 21
 MAX_REQUEST_BYTES = 1 << 22  # the worker reads no longer line

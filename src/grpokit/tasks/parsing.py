@@ -11,7 +11,7 @@ setting (`task.tags`): every function takes `tags`, e.g. ``Tags(think="reasoning
   guesses earns nothing; strict format rejects them outright.
 - Chat templates that prefill ``<think>`` in the generation prompt: the completion then starts inside
   the thought; `normalize_completion` puts the tag back before anything is parsed.
-- Completions are cut to `MAX_COMPLETION_CHARS` first, so a 1 MB completion costs microseconds.
+- Completions are cut to `MAX_COMPLETION_CHARS` first, so parsing costs little whatever their length.
 """
 
 from __future__ import annotations
