@@ -196,8 +196,9 @@ class DynamicSamplingSection:
     guide: bool = False
     # The first extra round (at most one batch's worth of groups) is drawn in the same decode as the batch
     # (one decode of twice the rows costs less than two), even when the batch's groups all differ, and the
-    # step's reward means cover both. Not with `replay`;
-    # with `retry`, failed prompts of both are retried after it (at most one batch's worth per step).
+    # step's reward means cover both. Not with `replay`. With `retry`, failed prompts of both are retried
+    # after it, on an allowance of their own (at most one batch's worth of groups per step, drawn only while
+    # the batch lacks informative groups).
     upfront: bool = False
     # Rows trained per group (None: every row drawn): of grpo.num_generations completions per prompt, the
     # ones whose rewards vary most (PODS's max-variance down-sampling), advantages computed over them: a
