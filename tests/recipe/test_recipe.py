@@ -288,7 +288,7 @@ class UntaggedDemonstrations(ArithmeticTask):
     ],
 )
 def test_prefill_think_that_cannot_work_fails_when_the_recipe_loads(raw, message):
-    task = {"prefill_think": True, "name": "tests.test_config.UntaggedDemonstrations"}
+    task = {"prefill_think": True, "name": "tests.recipe.test_recipe.UntaggedDemonstrations"}
     with pytest.raises(RecipeError, match=message):
         build_recipe({**MINIMAL, "task": task, **raw})
     build_recipe({**MINIMAL, "task": {**task, "prefill_think": False}, **raw})  # the same recipe without it loads
