@@ -1,6 +1,6 @@
 """The confined side of grpokit's sandbox: the process that touches model output. Read this file first.
 
-The trainer (`grpokit.sandbox.client`) starts it as `python -I -B sandbox_worker.py` with an empty
+The trainer (`grpokit.sandbox.client`) starts it as `python -I -B worker.py` with an empty
 environment, then speaks one JSON object per line; nothing here ever unpickles or evals a message.
 
 1. The first line says where grpokit lives and what to preload. The worker imports the verifiers and
