@@ -38,7 +38,7 @@ class SandboxRefused(SandboxError):
 
 
 class ModelNotFoundError(FileNotFoundError):
-    pass
+    """The embedded model's package or its weights file is missing; the message says how to install it."""
 
 
 class TrainingInterrupted(Exception):

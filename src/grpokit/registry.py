@@ -7,6 +7,8 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
+from grpokit.errors import RecipeError
+
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`; did you mean 'x'?` for the known name closest to a misspelt `name`, else an empty string: the end
@@ -23,8 +25,6 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
 def lookup(registry: dict[str, Any], name: str, kind: str) -> Any:
     """`registry[name]`, else `package.module.attr` imported, else an error listing the known names."""
-    from grpokit.errors import RecipeError
-
     if name in registry:
         return registry[name]
     if "." in name:  # escape hatch for user code: "my_package.my_module.thing"

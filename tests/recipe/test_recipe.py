@@ -288,7 +288,49 @@ class UntaggedDemonstrations(ArithmeticTask):
     ],
 )
 def test_prefill_think_that_cannot_work_fails_when_the_recipe_loads(raw, message):
-    task = {"prefill_think": True, "name": "tests.test_config.UntaggedDemonstrations"}
+    task = {"prefill_think": True, "name": "tests.recipe.test_recipe.UntaggedDemonstrations"}
     with pytest.raises(RecipeError, match=message):
         build_recipe({**MINIMAL, "task": task, **raw})
     build_recipe({**MINIMAL, "task": {**task, "prefill_think": False}, **raw})  # the same recipe without it loads
+
+
+def test_a_loaded_recipe_is_frozen(tmp_path):
+    import dataclasses
+
+    recipe = load_recipe(write(tmp_path, "rewards: [{name: format}]\ngrpo: {bf16: false, save_steps: 5}\n"))
+    assert recipe.output.name and recipe.output.save_every == 5  # what the loader sets, set before it froze
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.output.save_every = 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.task.name = "countdown"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.seed = 1
+
+
+def test_loading_a_recipe_leaves_the_sandbox_settings_alone():
+    from grpokit.sandbox import client
+
+    before = client._allow_unconfined, client._batch_limit
+    recipe = build_recipe({**MINIMAL, "sandbox": {"allow_unconfined": not before[0], "batch": 3}})
+    assert (client._allow_unconfined, client._batch_limit) == before
+    try:
+        client.configure(recipe.sandbox)  # what a run does with its recipe's sandbox: section
+        assert (client._allow_unconfined, client._batch_limit) == (not before[0], 3)
+    finally:
+        client.allow_unconfined(before[0])
+        client.share_children(before[1])
+
+
+def test_loading_a_recipe_times_nothing(monkeypatch):
+    import grpokit.kernels.precision
+    from grpokit.recipe.trl_args import measure_precision
+
+    def measured():
+        raise AssertionError("the bf16 measurement ran")
+
+    monkeypatch.setattr(grpokit.kernels.precision, "default_bf16", measured)
+    grpo = {k: v for k, v in MINIMAL["grpo"].items() if k != "bf16"}
+    recipe = build_recipe({**MINIMAL, "grpo": grpo})  # bf16 left to the machine: validation checks in fp32
+    with pytest.raises(AssertionError, match="measurement ran"):
+        measure_precision(recipe)  # the run measures, before it seeds
+    measure_precision(build_recipe(MINIMAL))  # bf16 set: nothing to measure

@@ -8,7 +8,7 @@ from grpokit.cli.commands import main
 from grpokit.rewards import make_reward, redteam
 from grpokit.rewards.redteam import battery, check
 from grpokit.rewards.steps import equations
-from grpokit.tasks import TASKS, build_task
+from grpokit.tasks import TASKS, build_task, task_of
 from grpokit.tasks.parsing import Tags
 from tests.data_files import build_test_task
 
@@ -134,7 +134,7 @@ def test_rewards_check_passes_on_every_shipped_recipe(recipe, capsys, monkeypatc
     monkeypatch.chdir(recipe.parents[2])  # recipes name their data files from the repository root
     loaded = load_recipe(recipe)
     try:
-        build_task(loaded.task.name, loaded.task.params, loaded.task.tags).dataset("test", 1)
+        task_of(loaded).dataset("test", 1)
     except ValueError as err:
         if "could not load" in str(err) or "hub cannot be reached" in str(err):
             pytest.skip(f"its data set is on the hub, out of reach offline: {err}"[:200])

@@ -17,9 +17,9 @@ from tests.conftest import tiny_recipe
 def no_call_overrunning_from_other_tests(monkeypatch):
     """Calls other tests abandoned (rewards that sleep a minute) would still be running here, and a timeout
     while one runs is laid on the machinery, not the completion: each test here starts with none."""
-    import grpokit.rewards
+    import grpokit.rewards.adapter
 
-    monkeypatch.setattr(grpokit.rewards, "_overrunning", set())
+    monkeypatch.setattr(grpokit.rewards.adapter, "_overrunning", set())
 
 
 def settled(before, seconds=10.0):

@@ -111,7 +111,7 @@ def untouched(tmp_path, monkeypatch):
     assert not [p for p in os.listdir("/tmp") if p.startswith("grpokit-pwned")], "a payload created a file"
     assert not list(tmp_path.iterdir()), "a payload created a file in the trainer's directory"
     workers = {
-        pid for pid in descendants(os.getpid()) if b"sandbox_worker.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        pid for pid in descendants(os.getpid()) if b"sandbox/worker.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
     }
     left = descendants(os.getpid()) - before - workers
     assert not left, f"processes left: {left}"

@@ -74,3 +74,18 @@ def test_the_prefill_opens_the_assistants_turn_once(opening, prefill, ends):
     messages = [{"role": "system", "content": "Think inside <think> </think>."}, {"role": "user", "content": "1 + 1"}]
     prompt = render_prompt(_Template(opening), messages, None, prefill)
     assert prompt == "[system] Think inside <think> </think>.\n[user] 1 + 1\n" + ends
+
+
+def test_task_of_builds_the_recipes_task():
+    from grpokit.recipe.load import build_recipe
+    from grpokit.tasks import task_of
+
+    recipe = build_recipe(
+        {
+            "task": {"name": "arithmetic", "params": {"max_value": 20}, "tags": {"think": "reasoning"}},
+            "rewards": [{"name": "format"}],
+            "grpo": {"bf16": False},
+        }
+    )
+    task = task_of(recipe)
+    assert (task.name, task.config.max_value, task.tags) == ("arithmetic", 20, REASONING)

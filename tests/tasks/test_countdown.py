@@ -4,9 +4,9 @@ from itertools import permutations, product
 import pytest
 
 from grpokit.errors import RecipeError
+from grpokit.sandbox.expressions import evaluate_expression
 from grpokit.tasks import build_task
 from grpokit.tasks.countdown import _worked, backtrack_steps, landing_chains, last_step_tries, load_rows, simplest_chain
-from grpokit.tasks.expressions import evaluate_expression
 from grpokit.tasks.parsing import extract_answer
 
 

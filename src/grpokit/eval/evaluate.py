@@ -14,6 +14,7 @@ from typing import Any
 from grpokit.kernels import memory
 from grpokit.rewards import DEFAULT_TIMEOUT_S
 from grpokit.rewards.guarded import Guarded
+from grpokit.sandbox.client import configure as configure_sandbox
 from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled, tokenize_prompts
 from grpokit.tasks.parsing import Tags, extract_answer, is_strict_format, normalize_completion
 
@@ -284,6 +285,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 
 def main(recipe: Any, model_name: str | None = None) -> EvalResult:
     """`grpokit eval`: evaluate a model folder, hub id, run directory or the recipe's model."""
+    configure_sandbox(recipe.sandbox)  # the recipe's sandbox: section, for the scores below
     from grpokit.models.load import load_trained
     from grpokit.tasks import build_task
 

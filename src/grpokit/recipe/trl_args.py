@@ -4,43 +4,78 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from grpokit.errors import RecipeError
+from grpokit.kernels.precision import trainer_precision
 from grpokit.recipe.schema import Recipe
+from grpokit.recipe.stages import plan_stages, stage_recipe
 from grpokit.registry import did_you_mean
 
 
-def build_grpo_config(recipe: Recipe, output_dir: str | Path):
-    """TRL's GRPOConfig from the recipe's `grpo:` section; errors name the bad key."""
+def build_grpo_config(recipe: Recipe, output_dir: str | Path, measure_precision: bool = True):
+    """TRL's GRPOConfig from the recipe's `grpo:` section; errors name the bad key.
+
+    Without `bf16` in the recipe, `measure_precision` picks it where it measures faster
+    (grpokit.kernels.precision: it times a matmul on a CPU); `measure_precision=False` builds the config in
+    fp32 instead, as validation does, so that loading a recipe times nothing.
+    """
+    # slow import: trl loads torch and transformers; a recipe module imports without them
     from trl import GRPOConfig
 
     check_grpo_values(recipe.grpo, recipe.source)
-    # TRL defaults bf16 to True, which fails on a CPU and is ~4x slower than fp32 on CPUs without bf16
-    # units; grpokit turns it on where it measures faster (grpokit.kernels.precision), unless the recipe says.
     if "output_dir" in recipe.grpo:
         raise RecipeError("grpo.output_dir is set by grpokit: runs go to output.dir/<name>/<timestamp>")
     grpo = dict(recipe.grpo)
-    if {"save_strategy", "save_steps", "save_total_limit"} & set(grpo):
-        # Recipes written before output.save_every: TRL's keys still work and say the same thing.
-        strategy = grpo.pop("save_strategy", "steps")
-        recipe.output.save_every = 0 if strategy == "no" else int(grpo.pop("save_steps", recipe.output.save_every))
-        recipe.output.keep = int(grpo.pop("save_total_limit", recipe.output.keep))
-        grpo.pop("save_steps", None)
-    from grpokit.kernels.precision import trainer_precision
-
-    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, **trainer_precision(grpo.get("bf16")), **grpo}
-    kwargs["save_strategy"] = "steps" if recipe.output.save_every else "no"
-    kwargs["save_steps"] = recipe.output.save_every or 500
-    kwargs["save_total_limit"] = recipe.output.keep
+    save_every, keep = checkpoint_cadence(grpo, recipe.output.save_every, recipe.output.keep)
+    for key in LEGACY_SAVE_KEYS:
+        grpo.pop(key, None)
+    # TRL defaults bf16 to True, which fails on a CPU and is slower than fp32 on CPUs without bf16 units.
+    bf16 = grpo.get("bf16")
+    if bf16 is None and not measure_precision:
+        bf16 = False
+    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, **trainer_precision(bf16), **grpo}
+    kwargs["save_strategy"] = "steps" if save_every else "no"
+    kwargs["save_steps"] = save_every or 500
+    kwargs["save_total_limit"] = keep
     kwargs["reward_weights"] = [spec.weight for spec in recipe.rewards]
     try:
         return GRPOConfig(output_dir=str(output_dir), **kwargs)
     except (ValueError, TypeError) as err:
         raise RecipeError(f"bad value in the grpo section of {recipe.source}: {err}") from err
+
+
+LEGACY_SAVE_KEYS = ("save_strategy", "save_steps", "save_total_limit")
+
+
+def checkpoint_cadence(grpo: dict[str, Any], save_every: int, keep: int) -> tuple[int, int]:
+    """(output.save_every, output.keep) once TRL's own keys in `grpo` (`save_strategy`, `save_steps`,
+    `save_total_limit`, from recipes written before output.save_every) are read: they still work and say
+    the same thing.
+
+    >>> checkpoint_cadence({"save_steps": 5, "save_total_limit": 3}, 10, 2), checkpoint_cadence({}, 10, 2)
+    ((5, 3), (10, 2))
+    >>> checkpoint_cadence({"save_strategy": "no", "save_steps": 5}, 10, 2)
+    (0, 2)
+    """
+    if not set(LEGACY_SAVE_KEYS) & set(grpo):
+        return save_every, keep
+    strategy = grpo.get("save_strategy", "steps")
+    save_every = 0 if strategy == "no" else int(grpo.get("save_steps", save_every))
+    return save_every, int(grpo.get("save_total_limit", keep))
+
+
+def measure_precision(recipe: Recipe) -> None:
+    """Settle bf16 for every GRPO stage that leaves it to the machine (`grpokit.kernels.precision` measures
+    once per process and keeps the answer). A run calls it before it seeds: the measurement draws random
+    matrices, and loading a recipe measures nothing."""
+    for stage in plan_stages(recipe):
+        if stage.kind == "grpo":
+            trainer_precision(stage_recipe(recipe, stage).grpo.get("bf16"))
 
 
 # Ranges TRL leaves to fail late (or never): key -> (test, what the value must be).
@@ -65,6 +100,7 @@ def check_grpo_values(grpo: dict[str, Any], source: str = "the recipe") -> None:
     """Every `grpo:` key is a field of TRL's GRPOConfig, of the type TRL declares (and among its choices
     where it lists them), and inside the range GRPO needs; the message names the key, the value and the fix.
     TRL's config class does not check its own types, so a bad value would otherwise fail deep in a run."""
+    # slow import: trl loads torch and transformers; a recipe module imports without them
     from trl import GRPOConfig
 
     fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
@@ -129,6 +165,4 @@ def _fits(hint: Any, value: Any) -> bool:
 
 def default_report_to() -> list[str]:
     """TensorBoard when it is installed (it is a grpokit dependency); `grpo.report_to` picks others."""
-    import importlib.util
-
     return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else []

@@ -6,6 +6,10 @@ from grpokit.errors import RecipeError
 from grpokit.recipe.schema import Recipe
 from grpokit.recipe.stages import plan_stages, stage_recipe
 from grpokit.recipe.trl_args import build_grpo_config, check_grpo_values
+from grpokit.rewards import REWARDS, make_reward
+from grpokit.sandbox import client as sandbox
+from grpokit.sandbox import confine
+from grpokit.tasks import build_task, task_of
 
 
 def validate_recipe(recipe: Recipe) -> None:
@@ -44,17 +48,14 @@ def _validate_downsampling(recipe: Recipe) -> None:
 
 
 def _validate_stage(recipe: Recipe, kind: str) -> None:
-    # Imported here: the registries import torch-free modules only, but they need the task classes.
-    from grpokit.rewards import REWARDS, make_reward
-    from grpokit.sandbox import client as sandbox
-    from grpokit.sandbox import confine
-    from grpokit.tasks import build_task
-
     for section in (recipe.task, recipe.cold_start, recipe.dynamic_sampling, recipe.curriculum):
         section.validate()
-    sandbox.allow_unconfined(recipe.sandbox.allow_unconfined)
-    sandbox.share_children(recipe.sandbox.batch)
-    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+    with sandbox.configured(recipe.sandbox):  # a gold checked in the sandbox is checked as the run will
+        _validate_task_and_rewards(recipe, kind)
+
+
+def _validate_task_and_rewards(recipe: Recipe, kind: str) -> None:
+    task = task_of(recipe)
     for suite in recipe.eval.suites:
         try:
             build_task(recipe.task.name, {**recipe.task.params, **suite.params}, recipe.task.tags)
@@ -132,7 +133,7 @@ def _validate_stage(recipe: Recipe, kind: str) -> None:
             raise RecipeError(f"rewards.{index} ({spec.name}): {err}") from err
     if "reward_weights" in recipe.grpo:
         raise RecipeError("set reward weights as rewards[*].weight, not grpo.reward_weights")
-    build_grpo_config(recipe, output_dir="unused")
+    build_grpo_config(recipe, output_dir="unused", measure_precision=False)
 
 
 def _validate_prefill(recipe: Recipe) -> None:

@@ -1,7 +1,7 @@
 """Partial credit for a Countdown equation that misses the target by a little.
 
-Correctness is all or nothing, and on Countdown a small model's groups are mostly all wrong (95% of the
-groups of a measured 135M run): nothing to learn from. `closeness` pays a valid equation (each given
+Correctness is all or nothing, and on Countdown a small model's groups are mostly all wrong: nothing to
+learn from. `closeness` pays a valid equation (each given
 number used exactly once, checked by the task's own parser, never `eval`) by how near it lands:
 `1 - |value - target| / target`, floored at 0. An invalid equation, a wrong `= target` claim, an unlisted
 or repeated number earn 0, as they do for correctness.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
 
 

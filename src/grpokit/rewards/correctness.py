@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
 from grpokit.tasks.parsing import (
     MAX_COMPLETION_CHARS,
@@ -27,7 +27,7 @@ def make_format(task: Task, answer_regex: str | None = None) -> Reward:
 
     `answer_regex` also asks the answer to match it whole (`-?[0-9]+`: a bare integer). Without it the
     tags around any text are paid, and a policy can keep the reward while writing no answer the verifier
-    reads (a measured R1-zero run put `24 = 40` in its answers).
+    reads (an R1-zero policy can answer `24 = 40`).
 
     >>> make_format(None)("<think>2 * 3 = 6.</think><answer>6</answer>", {})
     1.0

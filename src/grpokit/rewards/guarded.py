@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from grpokit.rewards import DEFAULT_TIMEOUT_S, Deadline, is_completion_timeout
+from grpokit.rewards.adapter import DEFAULT_TIMEOUT_S, Deadline, is_completion_timeout
 
 
 class Guarded:

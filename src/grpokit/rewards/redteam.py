@@ -7,19 +7,24 @@ weighted reward beats an honest, well-formed wrong answer, when the task's verif
 reward raises, or when one call takes over a second. The honest wrong answer is checked to be wrong:
 if the task's verifier accepts it, no candidate is used and that is a finding of its own.
 
-Universal answers (`grpokit.rewards.probes`: `0`, `nan`, `banana`, `[]`, another problem's gold, the gold off by
+Universal answers (`grpokit.tasks.probes`: `0`, `nan`, `banana`, `[]`, another problem's gold, the gold off by
 one, a list of NaN, `1*2*3*4`, ...) are scored by the task's verifier on every problem checked: one paid
 on more than one problem is a finding, and so is one whose scoring takes over a second.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from grpokit.rewards import probes
+from grpokit.recipe.schema import Recipe
+from grpokit.recipe.stages import stage_recipe
+from grpokit.rewards.registry import make_reward
+from grpokit.sandbox.client import configure as configure_sandbox
+from grpokit.tasks import probes, task_of
 from grpokit.tasks.base import Example, Task
 from grpokit.tasks.parsing import normalize_completion, retag
 
@@ -170,15 +175,11 @@ def wrong_answer(task: Task, example: Example) -> str | None:
     return None
 
 
-def main(recipe: Any, n: int = 8) -> list[Finding]:
+def main(recipe: Recipe, n: int = 8) -> list[Finding]:
     """The battery against the recipe's rewards, and against each GRPO stage's own rewards and task
-    parameters where a stage sets them (a format stage pays differently from the correctness stage)."""
-    import dataclasses
-
-    from grpokit.recipe.stages import stage_recipe
-    from grpokit.rewards import make_reward
-    from grpokit.tasks import build_task
-
+    parameters where a stage sets them (a format stage pays differently from the correctness stage).
+    Scores in the sandbox as the recipe's `sandbox:` section says (`grpokit.sandbox.client.configure`)."""
+    configure_sandbox(recipe.sandbox)
     sets = [("", recipe)] + [(s.name, stage_recipe(recipe, s)) for s in recipe.stages if s.kind == "grpo"]
     findings, seen = [], set()
     for stage, seen_recipe in sets:
@@ -186,7 +187,7 @@ def main(recipe: Any, n: int = 8) -> list[Finding]:
         if key in seen:
             continue
         seen.add(key)
-        task = build_task(seen_recipe.task.name, seen_recipe.task.params, seen_recipe.task.tags)
+        task = task_of(seen_recipe)
         rewards = [(s.name, s.weight, make_reward(s.name, task, s.params)) for s in seen_recipe.rewards]
         found = check(task, rewards, task.dataset("test", n), think_prefilled=recipe.task.prefill_think)
         findings += [dataclasses.replace(f, case=f"stage {stage}: {f.case}") if stage else f for f in found]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
 from grpokit.tasks.parsing import MAX_COMPLETION_CHARS
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.arithmetic import solve
 from grpokit.tasks.base import Task
 from grpokit.tasks.parsing import MAX_COMPLETION_CHARS, THINK_TAGS

@@ -1,14 +1,12 @@
 """Credit for a Countdown thought whose arithmetic is true: `true_steps`.
 
-Countdown's correctness reward reads only the answer. A 135M policy trained on `tries` thoughts learns their
-shape and writes false steps (`36 + 1 = 4, 36 - 1 = 4.` before `(16 + 20) - 1` for 4): the thought no
-longer tells it which last step lands. `true_steps` pays 1 when every `x op y = z` in the thought is
+Countdown's correctness reward reads only the answer. A small policy trained on `tries` thoughts can learn
+their shape and write false steps (`36 + 1 = 4, 36 - 1 = 4.` before `(16 + 20) - 1` for 4): the thought
+then no longer tells it which last step lands. `true_steps` pays 1 when every `x op y = z` in the thought is
 true, each operand is one of the problem's numbers or a result written earlier in the thought, and there
 are at most as many as the `backtrack` demonstration may write (20); anything else scores 0. So a group
 whose answers are all wrong still separates the completions that computed from those that did not. It
-pays wrong answers: give it less weight than correctness. Measured at weight 0.5 beside correctness 1 on
-the countdown recipe, the policy wrote shorter thoughts (one or two true sums, the last-step tries
-dropped) and answered worse (14% at step 25 against 30%; bench/RESULTS.md v0.29): no recipe uses it.
+pays wrong answers: give it less weight than correctness. No shipped recipe uses it.
 
 Equations are read with a regular expression and checked with exact fractions; the text is never
 evaluated. Gaming it: `1 + 1 = 2` uses no number of the problem, listing candidates (`21 + 7 = 27,
@@ -22,7 +20,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from grpokit.rewards import Reward, register_reward
+from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
 from grpokit.tasks.countdown import APPLY, BACKTRACK_MOST
 from grpokit.tasks.parsing import MAX_COMPLETION_CHARS, THINK_TAGS

@@ -5,7 +5,7 @@ reasoning-gym scorers), and math-verify's timeouts need a main thread. grpokit s
 before any such verifier sees it (`grpokit.sandbox.scorers`), and runs the verifiers in one long-lived worker
 (`grpokit.sandbox.worker`, the confined side), which forks a fresh, further-confined child per call.
 
-This side holds three promises:
+This side holds these promises:
 - **Plain data.** Requests and replies are JSON lines; a reply is checked for its request id and
   shape, and `score` accepts only a finite number within the caller's bounds. Nothing the worker
   sends is unpickled or evaluated, so nothing it sends can run code here.
@@ -29,6 +29,9 @@ This side holds three promises:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import importlib.util
 import json
 import logging
 import math
@@ -38,16 +41,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from grpokit.errors import SandboxError, SandboxRefused, SandboxTimeout
+from grpokit.recipe.schema import SandboxSection
 from grpokit.sandbox.confine import Confinement
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 5.0
-START_TIMEOUT = 180.0  # preloading math-verify and reasoning-gym on a busy 2-core machine
+START_TIMEOUT = 180.0  # room to preload math-verify and reasoning-gym on a busy machine
 MEMORY_LIMIT_BYTES = 4 * 1024**3
 MAX_LINE_BYTES = 1 << 21
 MAX_REQUEST_BYTES = 1 << 22  # the worker reads no longer line
@@ -71,6 +76,26 @@ def allow_unconfined(allowed: bool) -> None:
     """The recipe's `sandbox.allow_unconfined`: run verifiers even where a kernel mechanism is missing."""
     global _allow_unconfined
     _allow_unconfined = bool(allowed)
+
+
+def configure(section: SandboxSection) -> None:
+    """Apply a recipe's `sandbox:` section to this process (`allow_unconfined`, `share_children`). Whatever
+    runs a recipe's scoring (training, evaluation, `rewards check`) calls it once, after loading the recipe."""
+    allow_unconfined(section.allow_unconfined)
+    share_children(section.batch)
+
+
+@contextlib.contextmanager
+def configured(section: SandboxSection) -> Iterator[None]:
+    """`configure(section)` while the block runs, then the settings from before it again: a check that
+    scores in the sandbox scores as the run will, and leaves this process as it found it."""
+    global _allow_unconfined, _batch_limit
+    saved = _allow_unconfined, _batch_limit
+    configure(section)
+    try:
+        yield
+    finally:
+        _allow_unconfined, _batch_limit = saved
 
 
 class Sandbox:
@@ -333,9 +358,6 @@ def shared_sandbox() -> Sandbox:
     global _shared
     with _shared_lock:
         if _shared is None:
-            import atexit
-            import importlib.util
-
             preload = tuple(m for m in ("math_verify", "reasoning_gym") if importlib.util.find_spec(m) is not None)
             _shared = Sandbox(preload=preload)
             atexit.register(_shared.close)

@@ -167,6 +167,7 @@ def confine(read_roots: list[str]) -> Confinement:
 
 def forbid_processes() -> None:
     """For the per-call child: no new processes or threads, and signals only to itself."""
+    # Unix only: this module imports anywhere, so `grpokit env` can say what a machine lacks
     import resource
 
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
@@ -194,6 +195,7 @@ def _child_rules(sc, add) -> None:
 
 
 def _load_filter(rules) -> bool:
+    # optional dependency: pyseccomp (a missing binding is a note in the Confinement, not an import error)
     import pyseccomp as sc
 
     syscall_filter = sc.SyscallFilter(sc.ALLOW)

@@ -31,6 +31,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from grpokit.sandbox.expressions import evaluate_expression
 from grpokit.sandbox.math_notation import MATH_UNICODE, read_math
 from grpokit.sandbox.size_bounds import size_refusal
 
@@ -168,6 +169,7 @@ def _latex(text: str) -> str:
 
 
 def _parse(text: str) -> list:
+    # slow import: math-verify loads sympy; the worker preloads it (`warm_up`) before it confines itself
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
     # One call, LaTeX first then plain expressions: a bare number is never read out of LaTeX.
@@ -187,6 +189,7 @@ def math_gold_parses(gold: str) -> bool:
 
 def math_equal(answer: str, gold: str) -> bool:
     """math-verify's `verify(parse(gold), parse(answer))`, for answers that pass `math_refusal`."""
+    # slow import: math-verify loads sympy; the worker preloads it (`warm_up`) before it confines itself
     from math_verify import verify
 
     if math_refusal(answer, gold) is not None:
@@ -223,8 +226,6 @@ GYM_PATHS = {
 
 
 def _arithmetic_refusal(answer: str) -> str | None:
-    from grpokit.tasks.expressions import evaluate_expression
-
     return None if evaluate_expression(answer, allow_unary_minus=True) else "not plain arithmetic"
 
 
@@ -247,6 +248,7 @@ def gym_refusal(dataset: str, answer: str) -> str | None:
 
 @lru_cache(maxsize=64)
 def _gym_dataset(name: str, params: tuple) -> Any:
+    # optional dependency: reasoning-gym
     import reasoning_gym
 
     return reasoning_gym.create_dataset(name, **dict(params))

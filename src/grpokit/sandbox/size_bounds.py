@@ -1,7 +1,7 @@
 """Upper bounds on what a math expression costs to compute, read from its text without evaluating it.
 
 The screens run this before math-verify or sympy see an answer, so a bomb (`2^{999!}`, `(9^{99})!`,
-`\\binom{10^{99}}{10^{98}}`, `3**(999*999*999)`, `(x+y+z+w)^{100}`) is refused in microseconds
+`\\binom{10^{99}}{10^{98}}`, `3**(999*999*999)`, `(x+y+z+w)^{100}`) is refused at once
 instead of costing a verifier's whole timeout. The bound is deliberately loose in one direction: it
 may refuse an answer that would have been cheap, never pass one whose value is huge. To keep that
 promise whatever the real parser makes of the text, the reader here takes the largest reading:

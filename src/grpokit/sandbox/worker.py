@@ -1,6 +1,6 @@
 """The confined side of grpokit's sandbox: the process that touches model output. Read this file first.
 
-The trainer (`grpokit.sandbox.client`) starts it as `python -I -B sandbox_worker.py` with an empty
+The trainer (`grpokit.sandbox.client`) starts it as `python -I -B worker.py` with an empty
 environment, then speaks one JSON object per line; nothing here ever unpickles or evals a message.
 
 1. The first line says where grpokit lives and what to preload. The worker imports the verifiers and
@@ -40,6 +40,7 @@ import importlib
 import json
 import math
 import os
+import resource
 import select
 import signal
 import sys
@@ -61,6 +62,7 @@ def main() -> None:
     sys.path[:] = config["path"]
     os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
+    # grpokit imports only now: the worker runs as a script (-I), its sys.path the trainer's, set above
     from grpokit.sandbox import confine, scorers
 
     for module in config["preload"]:
@@ -165,8 +167,7 @@ def _read_verdicts(lines: _Lines, ack: int, size: int) -> list:
 
 
 def _limit_child(memory_limit: int, timeout: float) -> None:
-    import resource
-
+    # imported by main() already, once sys.path was set: the worker runs as a script (-I)
     from grpokit.sandbox import confine
 
     cpu = math.ceil(timeout) + 1

@@ -44,10 +44,12 @@ from grpokit.models.load import hold_frozen_linears, load_model
 from grpokit.recipe.load import build_recipe
 from grpokit.recipe.schema import Recipe, StageSection
 from grpokit.recipe.stages import plan_stages, stage_recipe
+from grpokit.recipe.trl_args import measure_precision
 from grpokit.report import page as report
 from grpokit.runs import disk
 from grpokit.runs import records as runs
 from grpokit.runs.checkpoints import StopOnSignal, checkpoint_step, complete_checkpoints, truncate_metrics
+from grpokit.sandbox.client import configure as configure_sandbox
 from grpokit.stages import console, launch
 from grpokit.stages import sft
 from grpokit.stages.callbacks import MetricsLog, PeriodicEval, TimeBudget
@@ -67,6 +69,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
     """
     import transformers
 
+    configure_sandbox(recipe.sandbox)  # the recipe's sandbox: section, for every score this run takes
+    measure_precision(recipe)  # before the seed: the measurement draws random matrices
     main_rank = launch.is_main()
     plan = plan_stages(recipe)
     # Bad data fails before the run directory is made and before the model loads.

@@ -1,58 +1,28 @@
-"""Task registry: `@register_task` on each task class; `build_task(name, params)` to get one."""
+"""Tasks: each built-in task registers itself on import; `build_task(name, params)` or `task_of(recipe)` gets one."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
-from grpokit.registry import did_you_mean, lookup
+from grpokit.recipe.schema import Recipe
+from grpokit.tasks import arithmetic, countdown, custom, gym, math_problems
 from grpokit.tasks.base import Task
-from grpokit.tasks.parsing import THINK_TAGS, Tags
+from grpokit.tasks.registry import RENAMED, TASKS, build_task, get_task_class, register_task
 
-TASKS: dict[str, type[Task]] = {}
-
-# Keys earlier recipes used, and what replaced them.
-RENAMED = {
-    "eval_fraction": "the held-out share is now two, validation_fraction (watched during training) and "
-    "test_fraction (reported); set those instead",
-    "eval_split": "the hub split that is reported is now test_split",
-}
-
-
-def register_task(cls: type[Task]) -> type[Task]:
-    if cls.name in TASKS:
-        raise ValueError(f"task {cls.name!r} is registered twice ({TASKS[cls.name].__module__}, {cls.__module__})")
-    TASKS[cls.name] = cls
-    return cls
-
-
-def get_task_class(name: str) -> type[Task]:
-    return lookup(TASKS, name, "task")
+__all__ = [
+    "RENAMED",
+    "TASKS",
+    "Task",
+    "arithmetic",
+    "build_task",
+    "countdown",
+    "custom",
+    "get_task_class",
+    "gym",
+    "math_problems",
+    "register_task",
+    "task_of",
+]
 
 
-def build_task(name: str, params: dict[str, Any] | None = None, tags: Tags = THINK_TAGS) -> Task:
-    """The task `name` with its config from `params`, reading and writing completions in `tags`."""
-    from grpokit.errors import RecipeError
-
-    cls = get_task_class(name)
-    known = {f.name for f in dataclasses.fields(cls.config_class)}
-    for old, new in RENAMED.items():
-        if old in (params or {}) and old not in known:
-            raise RecipeError(f"task.params.{old} for task {name!r} is gone: {new}")
-    unknown = sorted(set(params or {}) - known)
-    if unknown:
-        raise RecipeError(
-            f"unknown key task.params.{unknown[0]} for task {name!r}; known: {', '.join(sorted(known))}"
-            f"{did_you_mean(unknown[0], known)}"
-        )
-    try:
-        config = cls.config_class(**(params or {}))
-        task = cls(config)
-    except (TypeError, ValueError) as err:
-        raise RecipeError(f"task.params for {name!r}: {err}") from err
-    task.tags = tags  # set after construction, so a task's __init__ keeps the one-argument signature
-    return task
-
-
-# Built-in tasks register themselves on import.
-from grpokit.tasks import arithmetic, countdown, math_problems, custom, gym  # noqa: E402, F401, I001
+def task_of(recipe: Recipe) -> Task:
+    """The recipe's task: `task.name` with `task.params`, reading and writing completions in `task.tags`."""
+    return build_task(recipe.task.name, recipe.task.params, recipe.task.tags)

@@ -19,9 +19,9 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, check_fractions, check_split, split_of
 from grpokit.tasks.parsing import extract_answer
+from grpokit.tasks.registry import register_task
 
 OPERATORS = ("+", "-", "*")
 SPLIT_SUMS = ("none", "carries", "all", "any")

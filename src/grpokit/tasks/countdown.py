@@ -9,7 +9,7 @@
 
 Instances are generated solvable, like the public Countdown-Tasks-3to4 data (3-4 numbers in 1..99,
 target 1..100); `load_rows` reads that data set's schema (`nums`, `target`) from a hub id or file.
-The answer is parsed by `grpokit.tasks.expressions` (an AST whitelist, exact division), never `eval`.
+The answer is parsed by `grpokit.sandbox.expressions` (an AST whitelist, exact division), never `eval`.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from itertools import permutations
 from pathlib import Path
 from typing import Any
 
-from grpokit.tasks import register_task
+from grpokit.sandbox.expressions import evaluate_expression
 from grpokit.tasks.base import Example, Task, check_fractions, check_split, partition, split_of
 from grpokit.tasks.data import is_local_file, load_split, read_file, require_columns
-from grpokit.tasks.expressions import evaluate_expression
 from grpokit.tasks.parsing import THINK_TAGS, extract_answer, retag
+from grpokit.tasks.registry import register_task
 
 APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 _OPS = tuple(APPLY)

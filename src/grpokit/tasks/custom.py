@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, check_fractions, check_split, partition
 from grpokit.tasks.data import FILE_SUFFIXES, read_file, require_columns
 from grpokit.tasks.math_problems import math_score
 from grpokit.tasks.parsing import extract_answer
+from grpokit.tasks.registry import register_task
 
 CHECKERS = ("exact", "numeric", "math")
 _DECIMAL = r"[-+]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: `5.`, `.5`, `1,000`

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpokit.models import hub
+
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 Record = tuple[str, dict[str, Any]]  # (where, row)
@@ -61,6 +63,7 @@ def read_file(path: Path) -> list[Record]:
 
 
 def _read_parquet(path: Path) -> list[Record]:
+    # slow import: pyarrow, for Parquet files only
     import pyarrow.parquet as pq
 
     try:
@@ -75,9 +78,8 @@ def _read_parquet(path: Path) -> list[Record]:
 
 def load_split(source: str, split: str, subset: str | None = None) -> list[Record]:
     """One split of a hub dataset id or a local dataset folder, through `datasets.load_dataset`."""
+    # slow import: datasets loads pyarrow and fsspec, for hub data only
     import datasets
-
-    from grpokit.models import hub
 
     cache_only = False
     if not Path(source).expanduser().exists():  # a hub id: cached, reachable, or a plain error now

@@ -15,7 +15,7 @@ Correctness is strict: 1.0 when `score_answer` returns at least `threshold` (1.0
 reasoning-gym's partial credit (0.01 for a malformed answer, 0.05 for a wrong one) is not paid.
 Several reasoning-gym scorers hand the answer to sympy's `parse_expr` or to Python `eval`. Each
 dataset has a scoring path (`grpokit tasks` lists them, `grpokit.sandbox.scorers.GYM_PATHS` defines them):
-countdown and puzzle24 are decided by grpokit's own AST evaluator (`grpokit.tasks.expressions`) in the
+countdown and puzzle24 are decided by grpokit's own AST evaluator (`grpokit.sandbox.expressions`) in the
 trainer; scorers that parse sympy or Python literals get a screen for that language first; every
 reasoning-gym scorer runs only in the confined sandbox worker.
 
@@ -40,10 +40,11 @@ from grpokit.errors import SandboxError
 from grpokit.registry import did_you_mean
 from grpokit.sandbox.client import shared_sandbox
 from grpokit.sandbox.scorers import IN_TRAINER, gym_path, gym_refusal
-from grpokit.tasks import register_task
 from grpokit.tasks.base import SPLITS, Example, Task, check_fractions, check_split, normalise_question, split_of
+from grpokit.tasks.gym_audit import refusal
 from grpokit.tasks.gym_verifiers import VERIFIERS, verify
 from grpokit.tasks.parsing import extract_answer
+from grpokit.tasks.registry import register_task
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ INSTALL_HINT = "install it with: pip install 'grpokit[gym]' (or pip install reas
 def available_datasets() -> list[str]:
     if importlib.util.find_spec("reasoning_gym") is None:
         return []
+    # optional dependency: reasoning-gym
     from reasoning_gym.factory import DATASETS
 
     return sorted(DATASETS)
@@ -72,6 +74,7 @@ class ReasoningGymConfig:
     def validate(self) -> None:
         if importlib.util.find_spec("reasoning_gym") is None:
             raise ValueError(f"the reasoning_gym task needs the reasoning-gym package; {INSTALL_HINT}")
+        # optional dependency: reasoning-gym
         from reasoning_gym.factory import DATASETS
 
         if not self.dataset:
@@ -81,8 +84,6 @@ class ReasoningGymConfig:
                 f"unknown reasoning-gym dataset {self.dataset!r}; known: {', '.join(sorted(DATASETS))}"
                 f"{did_you_mean(self.dataset, DATASETS)}"
             )
-        from grpokit.tasks.gym_audit import refusal
-
         refused = refusal(self.dataset)
         if refused:
             raise ValueError(f"reasoning-gym dataset {self.dataset!r} is refused: {refused}")
@@ -114,6 +115,7 @@ class ReasoningGymTask(Task):
 
     def __init__(self, config: ReasoningGymConfig) -> None:
         super().__init__(config)
+        # optional dependency: reasoning-gym
         import reasoning_gym
 
         self.params_key = tuple(sorted({**config.config, "seed": config.seed, "size": config.size}.items()))

@@ -1,6 +1,6 @@
 """Every reasoning-gym dataset audited by probes: what its own scorer pays, and what grpokit pays.
 
-For each dataset, `grpokit.rewards.probes` scores its battery of universal answers on `PROBLEMS` generated
+For each dataset, `grpokit.tasks.probes` scores its battery of universal answers on `PROBLEMS` generated
 problems twice: with reasoning-gym's `score_answer` ("raw") and with grpokit's scoring path ("grpokit":
 its own verifier for the datasets in `grpokit.tasks.gym_verifiers`, the screen then the scorer for the others).
 A probe paid on more than one problem by grpokit's path refuses the dataset (`refusal`); `grpokit tasks`
@@ -19,8 +19,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grpokit.rewards.probes import audit
+from grpokit.sandbox.scorers import gym_refusal
 from grpokit.tasks.gym_verifiers import VERIFIERS, verify
+from grpokit.tasks.probes import audit
 
 PROBLEMS = 32
 SEED = 0
@@ -36,8 +37,6 @@ logger = logging.getLogger(__name__)
 
 def grpokit_score(name: str, dataset: Any, answer: str, entry: dict[str, Any]) -> float:
     """The value grpokit's scoring path gives `answer` (before its threshold), computed in this process."""
-    from grpokit.sandbox.scorers import gym_refusal
-
     if name in VERIFIERS:
         return verify(name, answer, entry)
     if gym_refusal(name, answer) is not None:
@@ -48,6 +47,7 @@ def grpokit_score(name: str, dataset: Any, answer: str, entry: dict[str, Any]) -
 def audit_dataset(name: str, problems: int = PROBLEMS, seed: int = SEED) -> dict[str, Any]:
     """{"raw": {probe: problems paid}, "grpokit": {...}, "slow": {probe: seconds}} for one dataset, with
     its default config; {"error": ...} when it cannot be generated so."""
+    # optional dependency: reasoning-gym
     import reasoning_gym
 
     if name in REFUSED:
@@ -103,6 +103,7 @@ def load_audit() -> dict[str, Any]:
 
 def main(names: list[str] | None = None) -> dict[str, Any]:
     """Audit `names` (all datasets by default) and write `gym_audit.json`."""
+    # optional dependency: reasoning-gym
     from reasoning_gym.factory import DATASETS
 
     result = {

@@ -1,6 +1,6 @@
 """grpokit's own verdicts for the reasoning-gym datasets whose scorer pays universal answers.
 
-Probing every dataset's `score_answer` with answers that solve nothing (`grpokit.rewards.probes`) found five
+Probing every dataset's `score_answer` with answers that solve nothing (`grpokit.tasks.probes`) found five
 that pay them on most problems:
 
 - puzzle24 counts four in-range numbers and never checks they are the puzzle's (`1*2*3*4`), and takes
@@ -34,7 +34,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from grpokit.tasks.expressions import evaluate_expression
+from grpokit.sandbox.expressions import evaluate_expression
 
 MAX_ANSWER_CHARS = 1000
 # A bounded, finite number: up to 30 digits each side of the point, an exponent of up to 3 digits.

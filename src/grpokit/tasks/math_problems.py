@@ -38,10 +38,10 @@ from typing import Any
 from grpokit.errors import SandboxError, SandboxRefused, SandboxTimeout
 from grpokit.sandbox.client import shared_sandbox
 from grpokit.sandbox.scorers import math_refusal
-from grpokit.tasks import register_task
 from grpokit.tasks.base import Example, Task, check_fractions, check_split, normalise_question, partition
 from grpokit.tasks.data import is_local_file, load_split, read_file, require_columns
 from grpokit.tasks.parsing import extract_answer
+from grpokit.tasks.registry import register_task
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ setting (`task.tags`): every function takes `tags`, e.g. ``Tags(think="reasoning
   guesses earns nothing; strict format rejects them outright.
 - Chat templates that prefill ``<think>`` in the generation prompt: the completion then starts inside
   the thought; `normalize_completion` puts the tag back before anything is parsed.
-- Completions are cut to `MAX_COMPLETION_CHARS` first, so a 1 MB completion costs microseconds.
+- Completions are cut to `MAX_COMPLETION_CHARS` first, so parsing costs little whatever their length.
 """
 
 from __future__ import annotations
@@ -21,53 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from grpokit.recipe.tags import THINK_TAGS, Tags
+
 MAX_COMPLETION_CHARS = 20_000
-_TAG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
-
-@dataclass(frozen=True)
-class Tags:
-    """The names of the thought and answer tags a recipe's completions use.
-
-    >>> Tags(think="reasoning").all
-    ('<reasoning>', '</reasoning>', '<answer>', '</answer>')
-    """
-
-    think: str = "think"
-    answer: str = "answer"
-
-    def __post_init__(self) -> None:
-        for role in ("think", "answer"):
-            name = getattr(self, role)
-            if not isinstance(name, str) or not _TAG_NAME.fullmatch(name):
-                raise ValueError(
-                    f"{role}={name!r} is not a tag name; use a letter then letters, digits, '_' or '-' (e.g. reasoning)"
-                )
-        if self.think == self.answer:
-            raise ValueError(f"think and answer are both {self.think!r}; the two tags need different names")
-
-    @property
-    def think_open(self) -> str:
-        return f"<{self.think}>"
-
-    @property
-    def think_close(self) -> str:
-        return f"</{self.think}>"
-
-    @property
-    def answer_open(self) -> str:
-        return f"<{self.answer}>"
-
-    @property
-    def answer_close(self) -> str:
-        return f"</{self.answer}>"
-
-    @property
-    def all(self) -> tuple[str, str, str, str]:
-        return (self.think_open, self.think_close, self.answer_open, self.answer_close)
-
-
-THINK_TAGS = Tags()
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = THINK_TAGS.all
 TAGS = THINK_TAGS.all
 

@@ -3,7 +3,7 @@ from fractions import Fraction
 
 import pytest
 
-from grpokit.tasks.expressions import evaluate_expression
+from grpokit.sandbox.expressions import evaluate_expression
 
 
 @pytest.mark.parametrize(
