@@ -25,7 +25,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from grpokit.kernels import fused_ops
 from grpokit.kernels.casts import CastOnce, compute_dtype
+from grpokit.kernels.decode import joined
 
 cast_input = CastOnce()  # q, k and v (gate and up) read the same input: one cast, saved once
 
@@ -125,8 +127,6 @@ class _Group:
         return peft_forward(x, *args, **kwargs) if plain is None else _LoraLinear.apply(x, *plain)
 
     def _together(self, x: torch.Tensor, plains: list[tuple]) -> tuple[torch.Tensor, ...]:
-        from grpokit.kernels.decode import joined
-
         bases = [layer.get_base_layer() for layer in self.layers]
         weight = joined([p[0] for p in plains], bases, "weight")  # [sum of outputs, in]
         bias = None if plains[0][1] is None else joined([p[1] for p in plains], bases, "bias")
@@ -156,6 +156,7 @@ def install(model: Any) -> int:
     """Route each of `model`'s peft LoRA linear layers through the fused function (peft's own forward where
     it does not apply, decided at each call), sibling projections (`GROUPS`) as one; returns how many
     layers. Idempotent."""
+    # slow import: peft (and transformers under it), only when a model's layers are routed
     from peft.tuners.lora import Linear
 
     for parent in model.modules():
@@ -179,14 +180,13 @@ def install_on(trainer: Any) -> None:
     trainer's model, unless several processes train it: ZeRO-3 and FSDP gather the weights in module hooks,
     which the functions would bypass."""
     if trainer.accelerator.num_processes == 1 and not trainer.is_deepspeed_enabled and not trainer.is_fsdp_enabled:
-        from grpokit.kernels import fused_ops
-
         install(trainer.model)
         fused_ops.install(trainer.model)
 
 
 def uninstall(model: Any) -> int:
     """peft's own forward again for every layer `install` routed (benchmarks time TRL's pass with it)."""
+    # slow import: peft (and transformers under it), only when a model's layers are routed
     from peft.tuners.lora import Linear
 
     count = 0

@@ -63,6 +63,7 @@ class _SiluMul(torch.autograd.Function):
 
 @functools.cache
 def _llama(name: str) -> str:
+    # slow import: transformers' Llama code, only when a model's modules are compared with it
     from transformers.models.llama import modeling_llama
 
     return inspect.getsource(getattr(modeling_llama, name).forward)
@@ -101,6 +102,7 @@ def _mlp_forward(mlp: Any):
 
 @functools.cache
 def _silu_class() -> type:
+    # slow import: transformers, only when an MLP's activation is checked
     from transformers.activations import SiLUActivation
 
     return SiLUActivation

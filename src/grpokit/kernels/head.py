@@ -160,6 +160,7 @@ def completion_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-probabilities [N], entropies [N] or None); TRL's chunked kernel off a CPU."""
     if hidden.device.type != "cpu":
+        # slow import: trl (and its Triton kernel), only off a CPU
         from trl.kernels import ChunkedLogProbFunction
 
         outputs = ("log_probs", "entropy") if entropy else ("log_probs",)

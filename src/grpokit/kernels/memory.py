@@ -71,6 +71,7 @@ def release_device_cache() -> None:
     """Collect garbage (tensors held by reference cycles, such as a caught exception's frames) and give the
     CUDA caching allocator's unused blocks back to the device: after a pass ran out of GPU memory, a retry
     with smaller micro-batches starts from the memory the model, optimizer and rows really hold."""
+    # slow import: torch, which the glibc calls above do not need
     import torch
 
     gc.collect()

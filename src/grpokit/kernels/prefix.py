@@ -29,7 +29,7 @@ import torch
 
 from grpokit.kernels.attention import NAME, Packed
 from grpokit.kernels.head import completion_logprobs
-from grpokit.rollout.sampler import base_model, cache_of
+from grpokit.kernels.modules import base_model, cache_of
 
 log = logging.getLogger(__name__)
 
