@@ -1,21 +1,13 @@
-"""peft's LoRA linear layers as one autograd function each, for the training pass.
+"""peft's LoRA linear layers as one autograd function each, for the training pass: peft's arithmetic, fused.
 
-peft computes `base(x) + lora_B(lora_A(dropout(x))) * scaling` as separate modules and ops: under bf16
-autocast each adapted layer casts its input to fp32 and back to bf16 twice, multiplies and adds a full
-output-sized tensor, and its backward runs each op's own gradient (on a 2-core CPU, with the default
-recipe's 210 adapted layers and a few hundred tokens per micro-batch, these small ops and their Python
-cost were ~30% of the training pass, bench/RESULTS.md v0.30). Here one function does the same arithmetic:
-forward `y = x W^T + b`, then `y += scaling * (x A^T) B^T` as one `addmm`; backward five GEMMs (the input's
-gradient through W and through the adapter, and A's and B's), with the input cast once and saved once,
-and one cast for the projections that read the same input (q, k, v; gate, up).
-
+Forward `y = x W^T + b`, then `y += scaling * (x A^T) B^T` as one `addmm`; backward five GEMMs (the input's
+gradient through W and through the adapter, A's and B's), the input cast once and saved once. peft instead
+runs separate modules and ops, each with its casts under autocast and its own backward.
 Projections that read the same input (q, k and v; gate and up) run as one such function: their frozen base
 weights held as one matrix (each layer's weight a view of its rows), their A matrices stacked and their B
-matrices (scaled) on a block diagonal, so that the group is the same five GEMMs in the backward as one layer,
-not five per layer; the first layer's call computes the group and the others take their share of it.
-
-Used for plain LoRA only: one active adapter, no dropout, no DoRA or other variant, a frozen base and bias,
-not merged. Anything else (and the adapter switched off, as the reference pass does) runs peft's forward.
+matrices (scaled) on a block diagonal; the first layer's call computes the group, the others take their share.
+Plain LoRA only: one active adapter, no dropout, no DoRA or other variant, a frozen base and bias, not merged.
+Anything else (and the adapter switched off, as the reference pass does) runs peft's forward.
 """
 
 from __future__ import annotations

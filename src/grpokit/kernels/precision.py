@@ -1,11 +1,8 @@
 """Pick bf16 or fp32 by measuring this machine, not by assuming.
 
-GPUs with bf16 support train in bf16. CPUs differ: on one without bf16 instructions (the Ice Lake
-cores this project first ran on) a bf16 matmul was ~4x slower than fp32; on one with AVX512-BF16
-(AMD EPYC here) it was ~2x faster. `cpu_bf16_speedup` times a [256 x 576] x [576 x 1536] matmul
-(SmolLM2's MLP at a training batch) in both and `default_bf16` uses bf16 autocast on the CPU only
-when it is clearly faster. The measurement takes about 50 ms, once per process.
-
+GPUs with bf16 support train in bf16. A CPU uses bf16 autocast only where `cpu_bf16_speedup` (a [256 x 576] x
+[576 x 1536] matmul, SmolLM2's MLP at a training batch, timed in both once per process) finds it at least
+`BF16_MIN_SPEEDUP` times faster: without bf16 instructions it is several times slower, with them faster.
 For the benchmarks: `matmul_gflops` times a peak, and `record_matmuls` / `matmul_seconds` tell what a piece of
 work's own matrix products allow (each one it ran, timed alone at its shape, layout and dtype).
 """
@@ -57,9 +54,8 @@ def matmul_gflops(
     """GFLOP/s of a [rows x inner] x [inner x cols] matmul in `dtype` on `device` (after 3 warm-ups): over
     `repeats` products in a row, or with `best` the fastest of `repeats` products timed one by one, which is
     what a benchmark's peak or ceiling should be: a burst's mean takes in whatever else slowed the machine
-    while it ran (on the project's 2-core VM one short burst at 4096 rows in bf16 gave 1,497 GFLOP/s and
-    another 3,740 in the same hour; bench/RESULTS.md v0.34). The default shape is SmolLM2's MLP. On a GPU
-    the clock is read after the queued products finish."""
+    while it ran. The default shape is SmolLM2's MLP. On a GPU the clock is read after the queued products
+    finish."""
     # slow import: torch; the module itself stays light (recipe checks, cpu_name)
     import torch
 
