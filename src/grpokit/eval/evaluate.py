@@ -114,7 +114,7 @@ def _generate(
     the batch; greedy equals `generate`'s, tested) and, for a LoRA model, on a merged copy in the model's
     own dtype: the adapters' extra matmuls halve decoding speed, the merged weights give the same logits.
     """
-    # slow import: torch (under the sampler), only once a model decodes; `grpokit eval --help` and pass_at_k need none
+    # slow import: torch (under the sampler), only once a model decodes
     from grpokit.rollout.sampler import RolloutCopy, SamplingSettings, finished, sample, wants_copy
 
     eos_ids = _eos_ids(model, tokenizer)
