@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 from grpokit.cli.commands import main
@@ -57,3 +60,12 @@ def test_eval_prints_wrong_completions_with_control_characters_escaped(monkeypat
     out = capsys.readouterr().out
     assert "\x1b" not in out
     assert "\\x1b]52;c;cm0gLXJmIH4vKgo=\\x07\\x1b[2J3" in out and "What is 1 + 1?\\x1bc" in out
+
+
+def test_the_command_line_starts_without_torch():
+    # `grpokit --help` and the light commands (runs, report, tasks) must not pay for torch/transformers/trl:
+    # a fresh interpreter, since this test process has them loaded already.
+    heavy = ("torch", "transformers", "trl", "peft", "datasets", "matplotlib")
+    code = f"import sys, grpokit.cli.commands; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

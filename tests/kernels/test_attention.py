@@ -112,7 +112,7 @@ def test_other_calls_go_to_sdpa(monkeypatch):
 def test_the_training_pass_gives_sdpas_loss_and_gradients(tiny_model_dir, tmp_path):
     """GrpoTrainer switches the policy on a CPU; its shared-prefix pass then equals the pass on sdpa."""
     from grpokit.rollout.sampler import base_model
-    from tests.test_prefix import _batch, _loss_and_grads, _trainer
+    from tests.kernels.test_prefix import _batch, _loss_and_grads, _trainer
 
     trainer = _trainer(tiny_model_dir, tmp_path, lora=True, beta=0.2)
     model = base_model(trainer.model)

@@ -137,7 +137,7 @@ def test_the_grpo_and_sft_trainers_route_their_lora_layers_through_it(tiny_model
 
     from peft.tuners.lora import Linear
 
-    from tests.test_prefix import _trainer
+    from tests.kernels.test_prefix import _trainer
 
     grpo = _trainer(tiny_model_dir, tmp_path / "grpo", lora=True, beta=0.0)
     adapted = [m for m in grpo.model.modules() if type(m) is Linear]

@@ -106,13 +106,15 @@ def test_a_hanging_reward_does_not_hang_the_report(tmp_path):
 
     from tests.fake_runs import make_run
 
-    rewards = [{"name": "format"}, {"name": "tests.test_report.make_sleepy", "timeout": 0.5}]
+    rewards = [{"name": "format"}, {"name": "tests.report.test_report.make_sleepy", "timeout": 0.5}]
     run = make_run(tmp_path, recipe={"rewards": rewards})
     started = time.perf_counter()
     page = report.main(run).read_text(encoding="utf-8")
     assert time.perf_counter() - started < 15  # one 0.5 s timeout, then the reward is not called again
-    assert "tests.test_report.make_sleepy error" in page and "format 1.0" in page
-    assert re.search(r"scoring: tests\.test_report\.make_sleepy: 6 completion\(s\) not scored .*TimeoutError", page)
+    assert "tests.report.test_report.make_sleepy error" in page and "format 1.0" in page
+    assert re.search(
+        r"scoring: tests\.report\.test_report\.make_sleepy: 6 completion\(s\) not scored .*TimeoutError", page
+    )
     assert "stopped calling it after 1 timeout(s) of 0.5 s" in page
 
 

@@ -5,14 +5,28 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import importlib.metadata
 import os
 import sys
 from pathlib import Path
 
-from grpokit.errors import RecipeError
+from grpokit.errors import DiskFullError, RecipeError, TrainingInterrupted
+from grpokit.eval import chat, evaluate
+from grpokit.models import export
 from grpokit.recipe.load import apply_override, build_recipe, load_recipe
 from grpokit.recipe.schema import Recipe
+from grpokit.report import compare
+from grpokit.report import page as report
+from grpokit.rewards import REWARDS, redteam
+from grpokit.runs import records as runs
+from grpokit.runs.checkpoints import latest_resumable_run
+from grpokit.sandbox import confine
+from grpokit.sandbox.scorers import AUDITED_GYM_VERSION, gym_path
+from grpokit.stages import console, launch
 from grpokit.stages.console import printable
+from grpokit.tasks import TASKS
+from grpokit.tasks.gym import available_datasets
+from grpokit.tasks.gym_audit import load_audit, summary
 
 SHOWN_MISTAKES = 5  # wrong answers `grpokit eval` prints (its --out file keeps up to eval.mistakes)
 
@@ -92,14 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from grpokit.stages import console
-
     console.setup(getattr(args, "verbosity", None) or "normal")
     try:
         return COMMANDS[args.command](args)
     except OSError as err:
-        from grpokit.errors import DiskFullError
-
         if isinstance(err, DiskFullError):  # its message already names the folder, the sizes and the resume
             print(f"grpokit: error: {err}", file=sys.stderr)
         elif err.errno == errno.ENOSPC:
@@ -119,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides)  # every check runs before a model loads
-    from grpokit.errors import TrainingInterrupted
-    from grpokit.runs.checkpoints import latest_resumable_run
-    from grpokit.stages import launch
+    # slow imports: torch, transformers, trl, only for the train command
     from grpokit.stages import pipeline as train
 
     resume = args.resume
@@ -152,8 +160,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     recipe, model = eval_target(args)
-    from grpokit.eval import evaluate
-
     result = evaluate.main(recipe, model)
     for key, value in result.metrics().items():
         print(f"{key:<28} {value:.4f}")
@@ -208,39 +214,27 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("which run? grpokit report RUN_DIR (several to compare them); the runs:\n")
         return cmd_runs(argparse.Namespace(folder=args.runs_dir))
     if len(args.run_dirs) > 1:
-        from grpokit.report import compare
-
         print(compare.main(args.run_dirs, args.out))
         return 0
-    from grpokit.report import page as report
-
     print(report.main(args.run_dirs[0]))
     return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from grpokit.runs import records as runs
-
     print(runs.format_runs(runs.list_runs(Path(args.folder))))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from grpokit.models import export
-
     print(f"exported: {export.main(args.run_dir, args.out)}")
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from grpokit.eval import chat
-
     return chat.main(args.target, args.prompt, args.task, args.max_new_tokens)
 
 
 def cmd_serve_rollouts(args: argparse.Namespace) -> int:
-    from grpokit.stages import launch
-
     recipe = load_recipe(args.recipe, args.overrides)
     try:
         return launch.serve_rollouts(recipe, args.tensor_parallel, args.data_parallel, args.dry_run)
@@ -250,9 +244,6 @@ def cmd_serve_rollouts(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from grpokit.sandbox import confine
-    from grpokit.stages import launch
-
     print("\n".join(launch.environment()))
     print("sandbox worker confinement:")
     print("\n".join(f"  {line}" for line in confine.probe()))
@@ -260,14 +251,10 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from grpokit.tasks import TASKS
-
     for name, cls in sorted(TASKS.items()):
         doc = ((cls.__module__ and sys.modules[cls.__module__].__doc__) or "").strip().splitlines()[0]
         params = ", ".join(f"{f.name}={_default(f)}" for f in dataclasses.fields(cls.config_class))
         print(f"{name:<14} {doc}\n{'':<14} params: {params}")
-    from grpokit.tasks.gym import available_datasets
-
     gym = available_datasets()
     if gym:
         print(f"\nreasoning-gym datasets ({len(gym)}), for task reasoning_gym's params.dataset, by scoring path:")
@@ -280,8 +267,6 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def probe_audit(datasets: list[str]) -> list[str]:
     """Each reasoning-gym dataset's probe audit result (grpokit.tasks.gym_audit): pays no probe, decided by a
     grpokit verifier because reasoning-gym's scorer pays one, or refused."""
-    from grpokit.tasks.gym_audit import load_audit, summary
-
     audited = load_audit()
     lines = [
         f"\nprobe audit: universal answers (0, nan, banana, the gold off by one, ...) scored on "
@@ -296,10 +281,6 @@ def probe_audit(datasets: list[str]) -> list[str]:
 
 def scoring_paths(datasets: list[str]) -> list[tuple[str, str]]:
     """Which reasoning-gym datasets are scored how (see grpokit.sandbox.scorers.GYM_PATHS)."""
-    import importlib.metadata
-
-    from grpokit.sandbox.scorers import AUDITED_GYM_VERSION, gym_path
-
     version = importlib.metadata.version("reasoning-gym")
     confined = "scorer reads the answer as data" + (
         f" (audited for {AUDITED_GYM_VERSION}; {version} is installed: treat as unknown)"
@@ -322,13 +303,9 @@ def scoring_paths(datasets: list[str]) -> list[tuple[str, str]]:
 
 
 def cmd_rewards(args: argparse.Namespace) -> int:
-    from grpokit.rewards import REWARDS
-
     if args.action == "check":
         if not args.recipe:
             raise RecipeError("usage: grpokit rewards check RECIPE.yaml")
-        from grpokit.rewards import redteam
-
         findings = redteam.main(load_recipe(args.recipe), args.n)
         for finding in findings:
             print(printable(str(finding)))

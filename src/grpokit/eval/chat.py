@@ -12,14 +12,15 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
+from grpokit.models.load import load_trained
+from grpokit.recipe.load import load_recipe
+from grpokit.tasks import get_task_class
+from grpokit.tasks.base import render_prompt, tokenize_prompts
+
 
 def load(target: str, task_name: str | None) -> tuple[Any, Any, str, dict[str, Any]]:
     """(model, tokenizer, system prompt, rendering) for a run directory or a model: `rendering` are the
     keyword arguments of `reply` that render prompts as the run trained on them (switches, prefill)."""
-    from grpokit.models.load import load_trained
-    from grpokit.recipe.load import load_recipe
-    from grpokit.tasks import get_task_class
-
     recipe_path = Path(target) / "recipe.yaml"
     if recipe_path.is_file():
         recipe = load_recipe(recipe_path)
@@ -46,10 +47,9 @@ def reply(
 ) -> str:
     """Generate the assistant's turn greedily, writing tokens to `out` as they come; the turn opens with
     `prefill` (`<think>` under the recipe's `task.prefill_think`), which is written and returned too."""
+    # slow imports: torch, transformers, only once a model answers
     import torch
     from transformers import TextIteratorStreamer
-
-    from grpokit.tasks.base import render_prompt, tokenize_prompts
 
     prompt = render_prompt(tokenizer, messages, chat_template_kwargs, prefill)
     ids = tokenize_prompts(tokenizer, [prompt])  # as training saw it

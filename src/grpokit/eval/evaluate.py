@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from grpokit.kernels import memory
+from grpokit.models.load import load_trained
 from grpokit.rewards import DEFAULT_TIMEOUT_S
 from grpokit.rewards.guarded import Guarded
 from grpokit.sandbox.client import configure as configure_sandbox
+from grpokit.tasks import build_task
 from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled, tokenize_prompts
 from grpokit.tasks.parsing import Tags, extract_answer, is_strict_format, normalize_completion
 
@@ -113,6 +115,7 @@ def _generate(
     the batch; greedy equals `generate`'s, tested) and, for a LoRA model, on a merged copy in the model's
     own dtype: the adapters' extra matmuls halve decoding speed, the merged weights give the same logits.
     """
+    # slow import: torch (under the sampler), only once a model decodes
     from grpokit.rollout.sampler import RolloutCopy, SamplingSettings, finished, sample, wants_copy
 
     eos_ids = _eos_ids(model, tokenizer)
@@ -286,9 +289,6 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 def main(recipe: Any, model_name: str | None = None) -> EvalResult:
     """`grpokit eval`: evaluate a model folder, hub id, run directory or the recipe's model."""
     configure_sandbox(recipe.sandbox)  # the recipe's sandbox: section, for the scores below
-    from grpokit.models.load import load_trained
-    from grpokit.tasks import build_task
-
     model, tokenizer = load_trained(
         model_name or recipe.model.name, recipe.model.name, recipe.model.dtype, recipe.model.revision
     )

@@ -1,26 +1,13 @@
-"""Attention for grpokit's short CPU sequences: two matmuls on the key/value heads and a softmax.
+"""Attention for short CPU sequences: matmuls on the key/value heads and a softmax, `sdpa`'s to float rounding.
 
-transformers' `sdpa` path hands attention to torch's CPU flash-attention kernel, which is built for long
-sequences. On the shapes a GRPO run on a CPU has (SmolLM2-135M: 9 query heads on 3 key/value heads, a
-~60-token prompt, ~40-token answers, bf16 autocast; AMD EPYC with AVX512-BF16) it measured:
-
-- a decoding step (one query per row, 32 rows x 80 keys): 250-290 us per layer, 15% of the step;
-  here 150-175 us;
-- the training pass's completions attending to their prompt's cache (32 rows x 42 queries x 100 keys,
-  forward and backward): 23-25 ms per layer, a fifth of the pass; here 10 ms.
-
-Query heads that share a key/value head are stacked as rows of one matmul (transformers' `repeat_kv`
-order), so nothing is repeated. The training pass keeps scores and probabilities in float32, as the
-flash kernel does (its log-probabilities and gradients match `sdpa`'s to float rounding); a decoding
-step without gradients rounds scores to the model's dtype before a float32 softmax, as transformers'
-`eager` attention does. Masked entries get float32's minimum, not -inf, so a query with nothing to attend
-to (a left-padding position) averages the values instead of producing NaN, as `eager` does. The packed
-training pass (`Packed`) builds each mask once per micro-batch as a float bias of 0 / minimum, and every
-layer takes its product, scale and mask in one `baddbmm` (2-4% of the recipe's pass: bench/RESULTS.md v0.35).
-
-Everything else goes to `sdpa` unchanged: other devices (GPU kernels are the right tool there), dropout,
-a model's extra attention arguments (soft-capping, attention sinks, position biases), float masks,
-causal calls without a mask, and shapes whose scores would pass `SCORES_BUDGET`.
+torch's CPU flash-attention kernel behind `sdpa` is built for long sequences. Here query heads that share a
+key/value head are stacked as rows of one matmul (transformers' `repeat_kv` order), so nothing is repeated.
+The training pass keeps scores and probabilities in float32, as the flash kernel does; a decoding step
+without gradients rounds scores to the model's dtype before a float32 softmax, as `eager` does. Masked
+entries get float32's minimum, not -inf, so a query with nothing to attend to (left padding) averages the
+values instead of giving NaN. `Packed` (the packed training pass) builds each mask once per micro-batch.
+Other devices, dropout, a model's extra attention arguments, float masks, causal calls without a mask and
+scores over `SCORES_BUDGET` go to `sdpa` unchanged.
 """
 
 from __future__ import annotations

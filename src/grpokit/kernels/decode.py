@@ -1,30 +1,14 @@
-"""Decoding steps for Llama-family models on a CPU, without transformers' per-module machinery.
+"""Decoding steps for Llama-family models: transformers' arithmetic without its per-module machinery.
 
-A decoding step forwards one token per row. For SmolLM2-135M at 32 rows in bf16 (AMD EPYC with
-AVX512-BF16), transformers' forward took 67 ms a step where the matmuls it needs take 25.5 ms one by one
-(bench/RESULTS.md v0.12): the rest is the growing cache's concatenations, casts, masks built each step,
-and Python going through 30 layers of modules, hooks and keyword arguments. `Decoder` runs the same
-arithmetic as transformers' Llama forward (RMSNorm in float32, rotary embeddings from the model's own
-rotary module, attention as `grpokit.kernels.attention` decodes: bf16 scores, a float32 softmax) with:
-
-- each layer's q/k/v projections fused into one matmul, and gate/up into another (fewer, larger GEMMs);
-- a key/value cache written in place, grown a block at a time and read whole (no `cat`, no copy per step);
-- the mask and rotary tables built once per rollout, indexed per step; the LM head into a reused buffer.
-Measured 1.28x on the default recipe's rollout, 1.08x on its fp32 evaluation (bench/bench_decode.py).
-
-It covers plain (merged, not peft-wrapped) Llama, Qwen2 and Qwen3 checkpoints on a CPU or a CUDA GPU, in
-eval mode and outside autocast, which is what grpokit samples from: the rollout copy and evaluation's merged
-model.
-
-On a GPU a decoding step is a few microseconds of arithmetic per kernel and ~800 kernel launches (30
-layers): transformers' forward measured ~27 ms a step for 128 rows whatever the model's size (H200,
-bench/RESULTS.md v0.20), launch- and Python-bound. There the decoder runs *static*: the cache holds every
-slot up to `max_new` from the start, rows stay in the batch when they finish (their draws are ignored, their
-cache rows attend to nothing else), the slot being written is a device tensor, and the whole step (every
-layer, the LM head, the slot's advance) is captured once per rollout in a CUDA graph and replayed, one
-launch a token.
-`refusal` names why any other model keeps transformers' forward (the sampler falls back, the same tokens
-drawn from the same distribution). Prefill stays transformers' forward; `Decoder.start` takes its cache.
+`Decoder` runs transformers' Llama arithmetic (RMSNorm in float32, the model's own rotary module, attention as
+`grpokit.kernels.attention` decodes: scores in the model's dtype, a float32 softmax) with q/k/v and gate/up each
+fused into one matmul, a key/value cache written in place, and masks and rotary tables built once per rollout:
+a decoding step is small matmuls, and transformers' forward spends most of it on cache copies and Python.
+On a CUDA GPU it runs *static* (the cache preallocated to `max_new`, finished rows kept computing and their
+draws ignored, the slot a device tensor) and replays each step from a CUDA graph, one launch a token.
+It covers plain (merged) Llama, Qwen2 and Qwen3 checkpoints on a CPU or a CUDA GPU, in eval mode, outside
+autocast; `refusal` names why any other model keeps transformers' forward (the sampler falls back: the same
+tokens from the same distribution). Prefill stays transformers' forward; `Decoder.start` takes its cache.
 """
 
 from __future__ import annotations
@@ -82,10 +66,8 @@ class Decoder:
     (fused, see `fused`): they must not change until the rollout ends.
 
     A model whose parameters require gradients (a policy evaluated before or between its training steps)
-    keeps its parameters' storage: the decoder fuses copies of its weights for the rollout (SmolLM2-135M in
-    fp32: ~280 MB while it lasts) where a frozen model's are joined in place (`fused`). On transformers'
-    forward instead, its growing cache made fresh pages every step: under `return_freed_memory`'s thresholds
-    the default run's first evaluation decoded at 206-214 tok/s against 359-361 on the decoder (v0.34).
+    keeps its parameters' storage: the decoder fuses copies of its weights for the rollout where a frozen
+    model's are joined in place (`fused`).
 
     `static` (default: on a CUDA device) preallocates the cache and keeps finished rows computing in place
     (see the module's docstring); `graphs` (default: `static` on CUDA) replays the step from a CUDA graph.
@@ -115,16 +97,11 @@ class Decoder:
         """Move transformers' prefill cache (rows already expanded to the batch) into the decoder's buffers,
         emptying `cache` layer by layer; `mask` [B, L] marks the prefill's real (1) and padding (0) positions.
 
-        Attention reads the whole buffer at every step, its empty slots masked: a slice up to the filled
-        length is not contiguous, and the matmul copied it (keys and values, every layer, every step:
-        measured 8-90 ms of a 54 ms step, SmolLM2-135M at 32 rows). Empty slots hold zeros, so masked
-        scores meet finite values. The buffers grow `GROW` slots at a time up to `max_new` new tokens:
-        answers stop long before the limit (~35 of 64 tokens), and preallocating it all cost evaluation
-        ~200 MB more peak memory than transformers' cache (fp32, 50 rows). Keys are held as transformers
-        holds them ([T, D] per head; the scores' matmul reads them transposed): held as [D, T], each step's
-        new key went into 64 strided places per head, every one a different cache line, and in a real step,
-        whose weights have flushed the cache, that write cost ~130 us a layer against ~5 for [T, D]; the
-        matmul reads the same bytes either way (the default rollout: 972 against 891-910 tok/s, v0.34)."""
+        Attention reads the whole buffer at every step, its empty slots masked (a slice up to the filled
+        length is not contiguous: the matmul would copy it). Empty slots hold zeros, so masked scores meet
+        finite values. The buffers grow `GROW` slots at a time up to `max_new` new tokens: answers stop long
+        before the limit, and preallocating it all would raise peak memory. Keys are held as transformers
+        holds them ([T, D] per head), so a step's new key is one contiguous write per head."""
         rows, length = mask.shape
         self.length, self.limit = length, length + max_new
         capacity = self.limit if self.static else min(length + GROW, self.limit)
@@ -150,8 +127,8 @@ class Decoder:
         half = self.dim // 2
         self.cos = cos[0]
         self.sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)  # rotate_half's sign folded in
-        # The LM head's output and its float32 copy, written in place: a fresh [B, V] tensor per step (6.3 MB
-        # at 32 rows) cost its page faults every time, 10 ms of a 54 ms step.
+        # The LM head's output and its float32 copy, written in place: a fresh [B, V] tensor per step would
+        # cost its page faults every time.
         head = self.model.lm_head.weight
         self.head_out = head.new_empty(rows, head.size(0))
         self.logits = (
@@ -183,9 +160,8 @@ class Decoder:
 
         One layer at a time, never two copies of the whole cache: each layer's kept rows go into the buffer
         the layer before it has just left (as many rows or more, the same slots), only the first layer's into
-        a new one. So a rollout whose rows finish over ~20 steps allocates two buffers per step a row ends,
-        not sixty: under `return_freed_memory`'s thresholds every fresh buffer over 1 MB costs its page
-        faults, and the sixty cost 10 ms each time at 64 rows (AMX Xeon, bench/RESULTS.md v0.34)."""
+        a new one. So a row ending allocates two buffers, not two per layer: under `return_freed_memory`'s
+        thresholds every fresh buffer over 1 MB costs its page faults."""
         if self.static:  # the others stay in the buffers, computing what nobody reads
             self.live = self.live[rows]
             return

@@ -1,21 +1,13 @@
-"""peft's LoRA linear layers as one autograd function each, for the training pass.
+"""peft's LoRA linear layers as one autograd function each, for the training pass: peft's arithmetic, fused.
 
-peft computes `base(x) + lora_B(lora_A(dropout(x))) * scaling` as separate modules and ops: under bf16
-autocast each adapted layer casts its input to fp32 and back to bf16 twice, multiplies and adds a full
-output-sized tensor, and its backward runs each op's own gradient (on a 2-core CPU, with the default
-recipe's 210 adapted layers and a few hundred tokens per micro-batch, these small ops and their Python
-cost were ~30% of the training pass, bench/RESULTS.md v0.30). Here one function does the same arithmetic:
-forward `y = x W^T + b`, then `y += scaling * (x A^T) B^T` as one `addmm`; backward five GEMMs (the input's
-gradient through W and through the adapter, and A's and B's), with the input cast once and saved once,
-and one cast for the projections that read the same input (q, k, v; gate, up).
-
+Forward `y = x W^T + b`, then `y += scaling * (x A^T) B^T` as one `addmm`; backward five GEMMs (the input's
+gradient through W and through the adapter, A's and B's), the input cast once and saved once. peft instead
+runs separate modules and ops, each with its casts under autocast and its own backward.
 Projections that read the same input (q, k and v; gate and up) run as one such function: their frozen base
 weights held as one matrix (each layer's weight a view of its rows), their A matrices stacked and their B
-matrices (scaled) on a block diagonal, so that the group is the same five GEMMs in the backward as one layer,
-not five per layer; the first layer's call computes the group and the others take their share of it.
-
-Used for plain LoRA only: one active adapter, no dropout, no DoRA or other variant, a frozen base and bias,
-not merged. Anything else (and the adapter switched off, as the reference pass does) runs peft's forward.
+matrices (scaled) on a block diagonal; the first layer's call computes the group, the others take their share.
+Plain LoRA only: one active adapter, no dropout, no DoRA or other variant, a frozen base and bias, not merged.
+Anything else (and the adapter switched off, as the reference pass does) runs peft's forward.
 """
 
 from __future__ import annotations
@@ -25,7 +17,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from grpokit.kernels import fused_ops
 from grpokit.kernels.casts import CastOnce, compute_dtype
+from grpokit.kernels.decode import joined
 
 cast_input = CastOnce()  # q, k and v (gate and up) read the same input: one cast, saved once
 
@@ -125,8 +119,6 @@ class _Group:
         return peft_forward(x, *args, **kwargs) if plain is None else _LoraLinear.apply(x, *plain)
 
     def _together(self, x: torch.Tensor, plains: list[tuple]) -> tuple[torch.Tensor, ...]:
-        from grpokit.kernels.decode import joined
-
         bases = [layer.get_base_layer() for layer in self.layers]
         weight = joined([p[0] for p in plains], bases, "weight")  # [sum of outputs, in]
         bias = None if plains[0][1] is None else joined([p[1] for p in plains], bases, "bias")
@@ -156,6 +148,7 @@ def install(model: Any) -> int:
     """Route each of `model`'s peft LoRA linear layers through the fused function (peft's own forward where
     it does not apply, decided at each call), sibling projections (`GROUPS`) as one; returns how many
     layers. Idempotent."""
+    # slow import: peft (and transformers under it), only when a model's layers are routed
     from peft.tuners.lora import Linear
 
     for parent in model.modules():
@@ -179,14 +172,13 @@ def install_on(trainer: Any) -> None:
     trainer's model, unless several processes train it: ZeRO-3 and FSDP gather the weights in module hooks,
     which the functions would bypass."""
     if trainer.accelerator.num_processes == 1 and not trainer.is_deepspeed_enabled and not trainer.is_fsdp_enabled:
-        from grpokit.kernels import fused_ops
-
         install(trainer.model)
         fused_ops.install(trainer.model)
 
 
 def uninstall(model: Any) -> int:
     """peft's own forward again for every layer `install` routed (benchmarks time TRL's pass with it)."""
+    # slow import: peft (and transformers under it), only when a model's layers are routed
     from peft.tuners.lora import Linear
 
     count = 0

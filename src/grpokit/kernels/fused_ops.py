@@ -1,18 +1,11 @@
 """RMSNorm and the SiLU-gated MLP product as one autograd function each, for the training pass.
 
-transformers' RMSNorm is six tensor ops; autograd records each, saves the float32 input and the float32
-normalised values (two [tokens, hidden] float32 tensors per norm, two norms per decoder layer) and runs a
-backward op for each. `_RmsNorm` runs the same forward ops in the same order (the same numbers) without
-recording them, saves the input and one float32 per token (the reciprocal root mean square) and takes the
-gradient in one formula, `dx = rstd (g - n mean(g n))` with `n = x rstd` recomputed and `g` the output's
-gradient times the weight.
-
-The MLP's `silu(gate) * up` saves `silu(gate)` beside `gate` and `up` (a third [tokens, intermediate]
-tensor per layer); `_SiluMul` saves only `gate` and `up` and recomputes `silu(gate)` in the backward.
-
-`install` routes a model's modules whose `forward` is transformers' Llama code (Llama, Qwen2, Qwen3, Mistral
-and every class copied from it: the source is compared, not the name) through these functions; any other
-module keeps its own forward. Measured in bench/RESULTS.md v0.31.
+`_RmsNorm` runs transformers' RMSNorm forward ops in the same order (the same numbers) without recording
+them, saves the input and one float32 per token (the reciprocal root mean square) instead of two float32
+[tokens, hidden] tensors, and takes the gradient in one formula, `dx = rstd (g - n mean(g n))`. `_SiluMul`
+saves `gate` and `up` only and recomputes `silu(gate)` in the backward.
+`install` routes a model's modules whose `forward` is transformers' Llama code (Llama, Qwen2, Qwen3, Mistral and
+every class copied from it: the source is compared, not the name); any other module keeps its own forward.
 """
 
 from __future__ import annotations
@@ -63,6 +56,7 @@ class _SiluMul(torch.autograd.Function):
 
 @functools.cache
 def _llama(name: str) -> str:
+    # slow import: transformers' Llama code, only when a model's modules are compared with it
     from transformers.models.llama import modeling_llama
 
     return inspect.getsource(getattr(modeling_llama, name).forward)
@@ -101,6 +95,7 @@ def _mlp_forward(mlp: Any):
 
 @functools.cache
 def _silu_class() -> type:
+    # slow import: transformers, only when an MLP's activation is checked
     from transformers.activations import SiLUActivation
 
     return SiLUActivation

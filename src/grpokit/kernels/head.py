@@ -1,17 +1,11 @@
 """Log-probabilities of the tokens a policy wrote, through the LM head, for the training pass on a CPU.
 
-TRL's `ChunkedLogProbFunction` walks the vocabulary in tiles so the `[tokens, vocabulary]` logits never
-exist whole; on a GPU each tile folds in a Triton kernel. On a CPU its torch fallback casts each tile's
-slice of the head weight again (forward, and again in the backward), makes fresh tile-sized tensors, and
-upcasts both operands of the backward's GEMMs to fp32, which a CPU with bf16 units (AVX512-BF16, AMX)
-runs several times slower than bf16 (bench/RESULTS.md v0.28: 4.25 of 17.5 s of the pass's backward).
-Here the weight is cast once per training pass, the tiles reuse three buffers, the softmax statistics are
-fp32 and the GEMMs run in the compute dtype. In fp32 it is a plain log-softmax's arithmetic (tested to
-1e-5); under bf16 autocast it is a plain `F.linear` head's: the logits rounded to bf16, and the hidden
-state's gradient one GEMM over the whole vocabulary from the logits' gradient rounded to bf16, its sum
-rounded once (tested equal). The backward holds that gradient for `GRAD_ENTRIES // vocabulary` tokens at
-a time; summing each tile's rounded share instead (v0.30-v0.31) moved the gradient by ~2e-3 of its size,
-a rounding TRL's kernel avoids for drifting entropy lower.
+As TRL's `ChunkedLogProbFunction` (used off a CPU), the vocabulary is walked in tiles so the `[tokens,
+vocabulary]` logits never exist whole. Unlike its CPU fallback, the weight is cast once per training pass, the
+tiles reuse three buffers, the softmax statistics are fp32 and the GEMMs run in the compute dtype. In fp32 it is
+a plain log-softmax's arithmetic; under bf16 autocast a plain `F.linear` head's: the logits rounded to bf16,
+and the hidden state's gradient one GEMM over the whole vocabulary, its sum rounded once (for
+`GRAD_ENTRIES // vocabulary` tokens at a time), as TRL's kernel rounds it.
 """
 
 from __future__ import annotations
@@ -160,6 +154,7 @@ def completion_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-probabilities [N], entropies [N] or None); TRL's chunked kernel off a CPU."""
     if hidden.device.type != "cpu":
+        # slow import: trl (and its Triton kernel), only off a CPU
         from trl.kernels import ChunkedLogProbFunction
 
         outputs = ("log_probs", "entropy") if entropy else ("log_probs",)

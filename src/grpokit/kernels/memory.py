@@ -1,16 +1,10 @@
 """Give freed tensor memory back to the system (glibc), so a run's resident size follows what it holds.
 
-glibc serves large allocations with `mmap` and returns them on free, but after the first such free it
-raises its threshold (up to 32 MB) and serves later ones from the heap, which it cannot shrink past a
-block still in use. A training step allocates and frees gigabytes of activations and KV caches in
-blocks of 1-32 MB, so the freed memory stayed resident: measured, 50 freed 8 MB tensors kept 406 MB
-resident behind one live one, 14 MB with the threshold fixed at 1 MB. The price is a page fault per
-fresh page of every large tensor: on one core of the AVX2 EPYC the default recipe's training pass
-(micro-batches of 16) peaked at 2.66 GB instead of 3.47 GB and took 32.5 s instead of 24.4 s, so it
-is a recipe's choice (`train_pass.return_freed_memory`), for machines short of memory. The default
-recipe makes it (bench/RESULTS.md v0.32): on the 2-core AMX Xeon its run held 3.12 GB, ~1.4 GB of it freed
-memory of earlier phases (the final evaluation alone peaked at 1.73 GB), and 2.62 GB with the thresholds
-fixed; its training pass alone took 6% longer in one sitting, 18-45% in another.
+After the first free of an `mmap`ed block glibc raises its threshold (up to 32 MB) and serves later large
+allocations from the heap, which cannot shrink past a block still in use: a training step's freed activations
+and KV caches stayed resident. `return_freed_memory` fixes the thresholds at `THRESHOLD`; the price is a page
+fault per fresh page of every large tensor, so it is a recipe's choice (`train_pass.return_freed_memory`), for
+machines short of memory. `trim` gives the heap's free pages back between a step's phases.
 """
 
 from __future__ import annotations
@@ -71,6 +65,7 @@ def release_device_cache() -> None:
     """Collect garbage (tensors held by reference cycles, such as a caught exception's frames) and give the
     CUDA caching allocator's unused blocks back to the device: after a pass ran out of GPU memory, a retry
     with smaller micro-batches starts from the memory the model, optimizer and rows really hold."""
+    # slow import: torch, which the glibc calls above do not need
     import torch
 
     gc.collect()

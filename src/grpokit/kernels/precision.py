@@ -1,11 +1,8 @@
 """Pick bf16 or fp32 by measuring this machine, not by assuming.
 
-GPUs with bf16 support train in bf16. CPUs differ: on one without bf16 instructions (the Ice Lake
-cores this project first ran on) a bf16 matmul was ~4x slower than fp32; on one with AVX512-BF16
-(AMD EPYC here) it was ~2x faster. `cpu_bf16_speedup` times a [256 x 576] x [576 x 1536] matmul
-(SmolLM2's MLP at a training batch) in both and `default_bf16` uses bf16 autocast on the CPU only
-when it is clearly faster. The measurement takes about 50 ms, once per process.
-
+GPUs with bf16 support train in bf16. A CPU uses bf16 autocast only where `cpu_bf16_speedup` (a [256 x 576] x
+[576 x 1536] matmul, SmolLM2's MLP at a training batch, timed in both once per process) finds it at least
+`BF16_MIN_SPEEDUP` times faster: without bf16 instructions it is several times slower, with them faster.
 For the benchmarks: `matmul_gflops` times a peak, and `record_matmuls` / `matmul_seconds` tell what a piece of
 work's own matrix products allow (each one it ran, timed alone at its shape, layout and dtype).
 """
@@ -18,6 +15,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 BF16_MIN_SPEEDUP = 1.3
@@ -27,6 +25,7 @@ def clock(device: str = "cpu") -> float:
     """`time.perf_counter()`, read on a GPU after the kernels queued on `device` finish, so that a span
     between two readings holds its own work."""
     if device != "cpu":
+        # slow import: torch; the module itself stays light (recipe checks, cpu_name)
         import torch
 
         torch.cuda.synchronize()
@@ -55,9 +54,9 @@ def matmul_gflops(
     """GFLOP/s of a [rows x inner] x [inner x cols] matmul in `dtype` on `device` (after 3 warm-ups): over
     `repeats` products in a row, or with `best` the fastest of `repeats` products timed one by one, which is
     what a benchmark's peak or ceiling should be: a burst's mean takes in whatever else slowed the machine
-    while it ran (on the project's 2-core VM one short burst at 4096 rows in bf16 gave 1,497 GFLOP/s and
-    another 3,740 in the same hour; bench/RESULTS.md v0.34). The default shape is SmolLM2's MLP. On a GPU
-    the clock is read after the queued products finish."""
+    while it ran. The default shape is SmolLM2's MLP. On a GPU the clock is read after the queued products
+    finish."""
+    # slow import: torch; the module itself stays light (recipe checks, cpu_name)
     import torch
 
     a = torch.randn(rows, inner, dtype=getattr(torch, dtype), device=device)
@@ -75,8 +74,6 @@ def matmul_gflops(
 
 def cpu_name() -> str:
     """The CPU's model name as lscpu prints it (from /proc/cpuinfo), for every benchmark's figures."""
-    from pathlib import Path
-
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:  # not Linux
@@ -92,6 +89,7 @@ def cpu_bf16_speedup(rows: int = 256, repeats: int = 20) -> float:
 
 def default_bf16() -> bool:
     """bf16 mixed precision where it pays: a GPU that supports it, or a CPU where it measures faster."""
+    # slow import: torch; the module itself stays light (recipe checks, cpu_name)
     import torch
 
     if torch.cuda.is_available():
@@ -102,6 +100,7 @@ def default_bf16() -> bool:
 def trainer_precision(bf16: bool | None = None) -> dict[str, bool]:
     """TrainingArguments keywords: `bf16` (measured unless given), and `use_cpu`, which transformers
     needs before it accepts bf16 on a CPU."""
+    # slow import: torch; the module itself stays light (recipe checks, cpu_name)
     import torch
 
     bf16 = default_bf16() if bf16 is None else bool(bf16)
@@ -130,6 +129,7 @@ _MATMUL_OPS = ("mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_")
 def record_matmuls(work: Callable[[], Any]) -> collections.Counter[Matmul]:
     """Run `work` once and count every matrix product it dispatched, by shape, layout and dtype; the
     products a matmul or linear call decomposes into are what is counted."""
+    # slow import: torch; the module itself stays light (recipe checks, cpu_name)
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -156,6 +156,7 @@ def matmul_seconds(products: collections.Counter[Matmul], repeats: int = 10) -> 
     of fresh operands of its size, stride and dtype (the fastest of `repeats`, as `matmul_gflops(best=True)`
     times a peak), times how often it ran. Operands stay in cache between repeats, so this is the most the
     work's own matmuls allow, not what they cost inside it."""
+    # slow import: torch; the module itself stays light (recipe checks, cpu_name)
     import torch
 
     total = 0.0

@@ -1,20 +1,12 @@
-"""The GRPO training pass with each group's prompt forwarded once.
+"""The GRPO training pass with each group's prompt forwarded once: TRL's log-probabilities, loss and gradients.
 
-TRL forwards every completion row with its whole prompt: with G completions per prompt the prompt's
-tokens go through the forward and backward passes G times. For the default recipe (a ~50-token prompt,
-~34-token answers, G = 8) that is about 60% of the pass. Here the distinct prompts run through the model
-once with a KV cache, the cache is indexed out to the rows (`index_select`, whose backward sums the
-rows' gradients into the one prompt computation: exactly the sum of the G copies' gradients), and the
-completions run on top of it. Positions, padding and masks are the unshared pass's, so the logits are
-the same up to float rounding (tested against TRL's pass: log-probs, loss and every gradient).
-
-On a CPU (grpokit's attention) the prompts and the completions go through the model as one packed
-sequence in one call (`_packed`): each layer's matmuls, norms and their Python then run once per
-micro-batch instead of twice, which on the default recipe's 8-row micro-batches was ~15% of the pass
-(bench/RESULTS.md v0.31); the attention keeps the two calls' arithmetic (`grpokit.kernels.attention.Packed`).
-
-Log-probabilities are taken on completion tokens only, through a chunked LM head (`grpokit.kernels.head`: the
-full `[tokens, vocabulary]` logits never exist); TRL's own pass on a CPU scores every prompt position too.
+TRL forwards every completion row with its whole prompt, so with G completions per prompt the prompt's tokens go
+through the model G times. Here the distinct prompts run once with a KV cache, the cache is indexed out to the
+rows (`index_select`, whose backward sums the rows' gradients: exactly the G copies' sum), and the completions
+run on top of it with the unshared pass's positions, padding and masks (the same logits to float rounding).
+On a CPU with grpokit's attention the prompts and completions go through the model as one packed sequence in
+one call (`_packed`, `grpokit.kernels.attention.Packed`): each layer's matmuls and Python run once per
+micro-batch. Log-probabilities are taken on completion tokens only, through `grpokit.kernels.head`.
 """
 
 from __future__ import annotations
@@ -29,7 +21,7 @@ import torch
 
 from grpokit.kernels.attention import NAME, Packed
 from grpokit.kernels.head import completion_logprobs
-from grpokit.rollout.sampler import base_model, cache_of
+from grpokit.kernels.modules import base_model, cache_of
 
 log = logging.getLogger(__name__)
 

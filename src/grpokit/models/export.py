@@ -1,11 +1,9 @@
 """`grpokit export RUN OUT`: one plain transformers model folder from a run (LoRA merged in).
 
-The folder loads with `transformers.pipeline("text-generation", model=OUT)` and nothing else: merged
-weights (safetensors), tokenizer, generation config, and a chat template whose default system
-message is the task's instruction, whose switches default to the recipe's `chat_template_kwargs` and whose
-generation prompt opens the thought when the recipe's `task.prefill_think` did, so a plain chat call sees
-the prompt ids training saw and answers in the trained `<think>…</think><answer>…</answer>` format (in
-the recipe's `task.tags`, which that instruction names).
+The folder loads with `transformers.pipeline("text-generation", model=OUT)` alone: merged safetensors weights,
+tokenizer, generation config, and a chat template that renders the prompt training saw (the task's instruction
+as the default system message, the recipe's `chat_template_kwargs` as the switches' defaults, the thought
+opened when `task.prefill_think` did), so a plain chat call answers in the trained format.
 `grpokit_export.json` records where it came from, tags included.
 """
 
@@ -15,6 +13,11 @@ import json
 import logging
 from pathlib import Path
 from typing import Any
+
+from grpokit.models.load import load_trained
+from grpokit.recipe.load import load_recipe
+from grpokit.tasks import get_task_class
+from grpokit.tasks.base import render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +74,6 @@ def prefill_generation(template: str, prefill: str) -> str:
 
 
 def main(run_dir: str | Path, out: str | Path) -> Path:
-    from grpokit.models.load import load_trained
-    from grpokit.recipe.load import load_recipe
-    from grpokit.tasks import get_task_class
-    from grpokit.tasks.base import render_prompt
-
     run_dir, out = Path(run_dir), Path(out)
     recipe_path = run_dir / "recipe.yaml"
     if not recipe_path.is_file():

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+from huggingface_hub import constants, try_to_load_from_cache
+
 from grpokit.errors import HubUnreachable
 
 PROBE_TIMEOUT_S = 3.0
@@ -24,8 +26,6 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def hub_cache() -> Path:
-    from huggingface_hub import constants
-
     return Path(constants.HF_HUB_CACHE)
 
 
@@ -37,8 +37,6 @@ def unreachable_reason(timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """Why the hub cannot be reached (None when a TCP connection to it opens within `timeout` seconds)."""
     if offline_requested():
         return "HF_HUB_OFFLINE is set"
-    from huggingface_hub import constants
-
     proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
     url = urlparse(proxy or constants.ENDPOINT)
     host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
@@ -59,8 +57,6 @@ def unreachable_reason(timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 def cached_model_dir(name: str, revision: str | None = None) -> Path | None:
     """The cached snapshot folder of hub model `name`, or None (looks at the disk only)."""
-    from huggingface_hub import try_to_load_from_cache
-
     found = try_to_load_from_cache(name, "config.json", revision=revision, cache_dir=hub_cache())
     return Path(found).parent if isinstance(found, str) else None
 
@@ -84,6 +80,7 @@ def check_model(name: str, revision: str | None = None) -> Path | None:
 
 
 def dataset_is_cached(source: str) -> bool:
+    # slow import: datasets, only for a data set id
     import datasets
 
     return (hub_cache() / f"datasets--{source.replace('/', '--')}").is_dir() or (
@@ -99,6 +96,7 @@ def check_dataset(source: str) -> bool:
         return False
     if cached:
         return True
+    # slow import: datasets, only for a data set id
     import datasets
 
     raise HubUnreachable(
@@ -110,8 +108,8 @@ def check_dataset(source: str) -> bool:
 @contextlib.contextmanager
 def datasets_offline() -> Iterator[None]:
     """datasets reads its offline flag at import; switch it on for one call so it reads its cache, not the network."""
+    # slow import: datasets, only for a data set id
     import datasets
-    from huggingface_hub import constants
 
     saved = datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
     datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True

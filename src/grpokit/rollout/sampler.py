@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from grpokit.kernels.modules import base_model, cache_of
+
 log = logging.getLogger(__name__)
 
 
@@ -364,11 +366,6 @@ def _cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def cache_of(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
-
-
 class RolloutCopy:
     """A plain copy of the policy to sample from: LoRA merged in, in the sampling dtype, eval mode.
 
@@ -490,11 +487,6 @@ def share_frozen(copy: Any, policy: Any) -> int:
                 param.data = value.detach()
                 shared += value.numel()
     return shared
-
-
-def base_model(model: Any) -> Any:
-    """The transformers model inside a peft wrapper (the model itself when there is none)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
