@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides)  # every check runs before a model loads
     from grpokit.errors import TrainingInterrupted
-    from grpokit.runs.checkpoints import latest_resumable_run
+    from grpokit.runs.records import latest_resumable_run
     from grpokit.stages import launch
     from grpokit.stages import pipeline as train
 

@@ -20,12 +20,16 @@ away from stopping; appending an EOS the model never drew would train it the sam
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from grpokit.kernels.decode import Decoder, refusal
 
 log = logging.getLogger(__name__)
 
@@ -255,8 +259,6 @@ class _Steps:
     cache, fused projections), else transformers' forward with transformers' cache."""
 
     def __init__(self, model: Any, cache: Any, mask: torch.Tensor, max_new: int, cache_kwarg: str) -> None:
-        from grpokit.kernels.decode import Decoder, refusal
-
         self.model, self.cache, self.mask, self.cache_kwarg = model, cache, mask, cache_kwarg
         self.positions = mask.sum(-1)  # [B] the next token's position: the real tokens so far
         why = refusal(model)
@@ -358,8 +360,6 @@ def finished(row: Sequence[int], eos_ids: Sequence[int], tokenizer: Any = None, 
 
 def _cache_argument(model: Any) -> str:
     """transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40)."""
-    import inspect
-
     forward = base_model(model).forward
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
@@ -498,11 +498,10 @@ def base_model(model: Any) -> Any:
 
 
 def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
-    import copy
+    # slow import: transformers (through grpokit.kernels.attention), only when a rollout copy is made
+    from grpokit.kernels.attention import use_grouped_attention
 
-    from grpokit.kernels.attention import use_grouped_attention  # imports transformers: only when a copy is made
-
-    model = copy.deepcopy(policy)
+    model = deepcopy(policy)
     for module in model.modules():
         # accelerate's mixed precision replaces a prepared model's `forward` with an autocast wrapper
         # whose closure still calls the ORIGINAL model (deepcopy keeps function closures): the copy

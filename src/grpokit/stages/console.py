@@ -178,6 +178,7 @@ def setup(verbosity: str = NORMAL, stream: TextIO | None = None, every: int | No
 
 def _route_library_logs(verbose: bool) -> None:
     try:
+        # slow import: transformers, only when a console is set up (the CLI imports this module at start)
         import transformers
 
         # transformers prints through its own handler; send its records to ours (and train.log) instead.
@@ -203,6 +204,7 @@ def callbacks(stage: str) -> list[Any]:
 
 def adopt(trainer: Any) -> None:
     """Remove transformers' own progress printer (tqdm bar and metric dicts) where grpokit's progress is in."""
+    # slow import: transformers, only once a trainer is built (the CLI imports this module at start)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     handler = trainer.callback_handler
@@ -267,6 +269,7 @@ class ConsoleProgress:
         return state.global_step - self.printed_at >= every
 
     def callback(self) -> Any:
+        # slow import: transformers, only once a trainer is built (the CLI imports this module at start)
         from transformers import TrainerCallback
 
         outer = self

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from trl.trainer.utils import nanstd  # TRL's own (Bessel-corrected, NaN-aware): the same advantages as TRL's
 
 # Per-row tensors padded on the left (prompt side) or the right (completion side) of their row.
 _LEFT = ("prompt_ids", "prompt_mask")
@@ -115,8 +116,6 @@ def group_advantages(rewards: torch.Tensor, group: int, scale: str = "group") ->
     >>> group_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0]), 2, "none").tolist()
     [0.5, -0.5, 0.0, 0.0]
     """
-    from trl.trainer.utils import nanstd  # TRL's own (Bessel-corrected, NaN-aware): the same advantages
-
     grouped = rewards.view(-1, group)
     advantages = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
     if scale == "group":
@@ -247,7 +246,7 @@ class Curriculum:
 class AdaptiveWeights:
     """Reward weights that move with each reward's rolling success rate (see config.AdaptiveSection).
 
-    >>> from grpokit.config import AdaptiveSection
+    >>> from grpokit.recipe.schema import AdaptiveSection
     >>> w = AdaptiveWeights({"format": AdaptiveSection(target=0.9, rate=0.5, min_weight=0.1, max_weight=1.0, window=1)},
     ...                     {"format": 1.0})
     >>> [round(w.update({"format": r})["format"], 4) for r in (1.0, 1.0, 1.0, 1.0, 0.2)]

@@ -33,7 +33,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
 import yaml
+from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file
 
 from grpokit.errors import RecipeError, TrainingInterrupted
 from grpokit.eval.evaluate import EvalResult, evaluate_recipe
@@ -45,14 +49,16 @@ from grpokit.recipe.load import build_recipe
 from grpokit.recipe.schema import Recipe, StageSection
 from grpokit.recipe.stages import plan_stages, stage_recipe
 from grpokit.report import page as report
+from grpokit.rollout.sampler import copy_refusal
 from grpokit.runs import disk
 from grpokit.runs import records as runs
 from grpokit.runs.checkpoints import StopOnSignal, checkpoint_step, complete_checkpoints, truncate_metrics
-from grpokit.stages import console, launch
-from grpokit.stages import sft
+from grpokit.stages import console, launch, sft
 from grpokit.stages.callbacks import MetricsLog, PeriodicEval, TimeBudget
+from grpokit.stages.grpo import build_train_dataset as build_train_dataset  # re-exported: tests, benchmarks
+from grpokit.stages.grpo import build_trainer
 from grpokit.tasks import build_task
-from grpokit.tasks.base import Example, Task, render_prompt
+from grpokit.tasks.base import Example, Task
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +71,6 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
 
     `callbacks` are extra transformers TrainerCallbacks for the GRPO stages.
     """
-    import transformers
-
     main_rank = launch.is_main()
     plan = plan_stages(recipe)
     # Bad data fails before the run directory is made and before the model loads.
@@ -182,8 +186,6 @@ def run_stage(
     A stage's `max_minutes` stops it early (callbacks.TimeBudget; a resumed stage's budget counts from the
     resume); its `eval_every` (or eval.every for grpo stages) evaluates it on `watched` (validation
     problems) every N steps."""
-    from grpokit.stages.grpo import build_trainer
-
     seen = stage_recipe(recipe, stage)
     metrics.stage, metrics.health = stage.name, None
     stop = StopOnSignal()
@@ -373,11 +375,7 @@ def resume_point(plan: list[StageSection], records: list[dict], checkpoint: Path
 
 def load_weights(model: Any, folder: Path, recipe: Recipe) -> None:
     """Put a finished stage's saved weights (adapter or full model) into `model`."""
-    from safetensors.torch import load_file
-
     if recipe.lora.enabled:
-        from peft import set_peft_model_state_dict
-
         set_peft_model_state_dict(model, load_file(str(folder / "adapter" / "adapter_model.safetensors")))
     else:
         state = {}
@@ -386,20 +384,6 @@ def load_weights(model: Any, folder: Path, recipe: Recipe) -> None:
         missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or any(not name.endswith("lm_head.weight") for name in missing):
             raise RecipeError(f"cannot resume: {folder / 'model'} does not match the model ({missing or unexpected})")
-
-
-def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
-    """GRPO prompts as text rendered by grpokit, so training and evaluation see the same prompt."""
-    from datasets import Dataset
-
-    rows = task.dataset("train", recipe.task.train_size, distinct=False)
-    kwargs, prefill = recipe.chat_template_kwargs, recipe.task.prefill
-    return Dataset.from_list(
-        [
-            {**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt), kwargs, prefill)}
-            for row in rows
-        ]
-    )
 
 
 def make_run_dir(recipe: Recipe) -> Path:
@@ -427,8 +411,6 @@ def attach_log_file(path: Path) -> logging.Handler:
 
 
 def attach_lora(model: Any, recipe: Recipe) -> Any:
-    from peft import LoraConfig, get_peft_model
-
     cfg = recipe.lora
     lora = LoraConfig(
         r=cfg.r,
@@ -440,14 +422,10 @@ def attach_lora(model: Any, recipe: Recipe) -> Any:
     model = get_peft_model(model, lora)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("LoRA r=%d on %s: %.2fM trainable parameters", cfg.r, cfg.target_modules, trainable / 1e6)
-    from grpokit.rollout.sampler import copy_refusal
-
     if autocast_everywhere(recipe) and copy_refusal(model) is None:
         # Every stage's training pass runs under bf16 autocast, which never reads a frozen weight's fp32 bits;
         # rollouts sample from a merged bf16 copy (rounded dithered) and evaluation from a merged fp32 one.
         # (An adapter no merged copy can hold is run directly by evaluation, so its base keeps fp32.)
-        import torch
-
         held = hold_frozen_linears(model, torch.bfloat16)
         if held:
             log.info("LoRA base weights held in bf16, as autocast uses them: %.1fM weights", held / 1e6)

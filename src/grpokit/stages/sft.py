@@ -14,11 +14,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import trl.trainer.utils as trl_utils
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import SFTConfig, SFTTrainer
+
 from grpokit.kernels import fused_lora, memory
 from grpokit.kernels.precision import trainer_precision
 from grpokit.recipe.schema import Recipe
 from grpokit.recipe.trl_args import default_report_to
 from grpokit.runs.checkpoints import mark_complete
+from grpokit.tasks import build_task
 from grpokit.tasks.base import Task, render_prompt, think_prefilled, tokenize_prompts
 from grpokit.tasks.parsing import THINK_TAGS, Tags
 
@@ -68,10 +74,6 @@ def build_trainer(
     """An SFTTrainer for `model` (already wrapped with LoRA when the recipe asks for it) on demonstrations
     (from the `first_example`-th on), saving complete checkpoints into `out_dir` every output.save_every
     steps (a run resumes inside it)."""
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import SFTConfig
-
     cfg = recipe.cold_start
     data = Dataset.from_list(build_demonstrations(task_of(recipe), tokenizer, recipe, first_example))
     args = SFTConfig(
@@ -107,7 +109,7 @@ def build_trainer(
             # after every micro-batch reached 2.05 GB but faults the pages in again (bench/RESULTS.md v0.24).
             memory.trim()
 
-    trainer = _sft_trainer_class()(
+    trainer = CompactSftTrainer(
         model=model,
         args=args,
         train_dataset=data,
@@ -118,17 +120,12 @@ def build_trainer(
     return trainer
 
 
-def _sft_trainer_class() -> type:
-    from trl import SFTTrainer
+class CompactSftTrainer(SFTTrainer):
+    """TRL's SFTTrainer, its loss's LM head run on the demonstration tokens only (see `compact_lm_head`)."""
 
-    class CompactSftTrainer(SFTTrainer):
-        """TRL's SFTTrainer, its loss's LM head run on the demonstration tokens only (see `compact_lm_head`)."""
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            with compact_lm_head():
-                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
-    return CompactSftTrainer
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        with compact_lm_head():
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
 @contextmanager
@@ -144,8 +141,6 @@ def compact_lm_head() -> Iterator[None]:
     accuracy are the same sums over the labelled positions (tested). With a TRL that has no such switch
     it changes nothing.
     """
-    import trl.trainer.utils as trl_utils
-
     triton = getattr(trl_utils, "_use_triton", None)
     if triton is None:
         yield
@@ -158,6 +153,4 @@ def compact_lm_head() -> Iterator[None]:
 
 
 def task_of(recipe: Recipe) -> Task:
-    from grpokit.tasks import build_task
-
     return build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
