@@ -20,7 +20,7 @@ from grpokit.stages.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankPr
 from grpokit.stages.dynamic_sampling import AdaptiveWeights, Curriculum
 from grpokit.stages.health import HealthMonitor
 from grpokit.stages.sft import opened_by_prompt
-from grpokit.stages.trainer import GrpoTrainer
+from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
 from grpokit.tasks import build_task
 from grpokit.tasks.base import Task, render_prompt, think_prefilled
 
@@ -69,7 +69,7 @@ def build_trainer(
         train_dataset=_level_data(recipe, tokenizer, 0) if recipe.curriculum.param else train_data,
         processing_class=tokenizer,
         callbacks=[metrics.callback(), stop.callback(), *callbacks],
-        **trainer_options(recipe, task, tokenizer, args.max_steps),
+        options=trainer_options(recipe, task, tokenizer, args.max_steps),
     )
     if os.environ.get(PROBE_ENV):
         trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())
@@ -91,29 +91,29 @@ def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
     )
 
 
-def trainer_options(recipe: Recipe, task: Task, tokenizer: Any, steps: int) -> dict[str, Any]:
+def trainer_options(recipe: Recipe, task: Task, tokenizer: Any, steps: int) -> GrpoOptions:
     """What GrpoTrainer adds to TRL's trainer, as the recipe sets it: the rollout engine, the training
     pass, dynamic sampling, curriculum and adaptive weights (`make bench` hands its grpokit the same)."""
     dynamic = recipe.dynamic_sampling
-    return {
-        "rollout_engine": recipe.rollout.engine,
-        "stop_texts": stop_texts(recipe),
-        "rollout_copy": recipe.rollout.merged_copy,
-        "shared_prefix": recipe.train_pass.shared_prefix,
-        "micro_batch_rows": recipe.train_pass.micro_batch_rows,
-        "sampler_logprobs": recipe.train_pass.sampler_logprobs,
-        "importance_sampling_cap": recipe.train_pass.importance_sampling_cap,
-        "temperature_schedule": _temperature_schedule(recipe, steps),
-        "dynamic_max_extra": dynamic.max_extra if dynamic.enabled else None,
-        "dynamic_replay": dynamic.replay if dynamic.enabled else 0,
-        "dynamic_retry": dynamic.retry if dynamic.enabled else 0,
-        "retry_reward": dynamic.success_reward,
-        "dynamic_upfront": dynamic.enabled and dynamic.upfront,
-        "downsample_to": dynamic.downsample_to,
-        "guide": _guide(task) if dynamic.enabled and dynamic.guide else None,
-        "curriculum": _curriculum(recipe, tokenizer),
-        "adaptive": _adaptive(recipe),
-    }
+    return GrpoOptions(
+        rollout_engine=recipe.rollout.engine,
+        stop_texts=stop_texts(recipe),
+        rollout_copy=recipe.rollout.merged_copy,
+        shared_prefix=recipe.train_pass.shared_prefix,
+        micro_batch_rows=recipe.train_pass.micro_batch_rows,
+        sampler_logprobs=recipe.train_pass.sampler_logprobs,
+        importance_sampling_cap=recipe.train_pass.importance_sampling_cap,
+        temperature_schedule=_temperature_schedule(recipe, steps),
+        dynamic_max_extra=dynamic.max_extra if dynamic.enabled else None,
+        dynamic_replay=dynamic.replay if dynamic.enabled else 0,
+        dynamic_retry=dynamic.retry if dynamic.enabled else 0,
+        retry_reward=dynamic.success_reward,
+        dynamic_upfront=dynamic.enabled and dynamic.upfront,
+        downsample_to=dynamic.downsample_to,
+        guide=_guide(task) if dynamic.enabled and dynamic.guide else None,
+        curriculum=_curriculum(recipe, tokenizer),
+        adaptive=_adaptive(recipe),
+    )
 
 
 def _temperature_schedule(recipe: Recipe, steps: int) -> tuple[float, int, int] | None:

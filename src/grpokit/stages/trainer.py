@@ -16,6 +16,7 @@ import copy
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,42 +61,54 @@ _TOKEN_NORMALISED_LOSSES = ("dapo", "cispo")
 SCHEDULES_FILE = "grpokit-schedules.json"  # in each checkpoint: curriculum level, adaptive weights
 
 
+@dataclass(frozen=True)
+class GrpoOptions:
+    """What GrpoTrainer adds to TRL's GRPOTrainer, as one value: the rollout engine, the training pass,
+    dynamic sampling, curriculum and adaptive weights. `grpokit.stages.grpo.trainer_options` builds it from
+    a recipe; the defaults are a plain GrpoTrainer's (grpokit's sampler, no dynamic sampling)."""
+
+    skip_zero_advantage: bool = True
+    rollout_engine: str = "grpokit"  # rollout.engine
+    stop_texts: tuple[str, ...] = ()
+    rollout_copy: bool = True  # rollout.merged_copy
+    # train_pass
+    shared_prefix: bool = True
+    micro_batch_rows: int | None = None
+    sampler_logprobs: bool = False
+    importance_sampling_cap: float | None = None
+    # (final temperature, first step, last step) from rollout.final_temperature; None: constant
+    temperature_schedule: tuple[float, int, int] | None = None
+    # dynamic_sampling (dynamic_max_extra None: off)
+    dynamic_max_extra: float | None = None
+    dynamic_replay: int = 0
+    dynamic_retry: int = 0
+    retry_reward: str = "correctness"
+    dynamic_upfront: bool = False
+    downsample_to: int | None = None
+    guide: Callable[[dict[str, Any]], str] | None = None
+    # (schedule, one prompt dataset per level, the reward that measures success)
+    curriculum: tuple[Curriculum, list[Any], str] | None = None
+    adaptive: AdaptiveWeights | None = None
+
+
 class GrpoTrainer(GRPOTrainer):
-    def __init__(
-        self,
-        *args: Any,
-        skip_zero_advantage: bool = True,
-        rollout_engine: str = "grpokit",
-        stop_texts: tuple[str, ...] = (),
-        rollout_copy: bool = True,
-        dynamic_max_extra: float | None = None,
-        dynamic_replay: int = 0,
-        dynamic_retry: int = 0,
-        retry_reward: str = "correctness",
-        dynamic_upfront: bool = False,
-        downsample_to: int | None = None,
-        guide: Callable[[dict[str, Any]], str] | None = None,
-        curriculum: tuple[Curriculum, list[Any], str] | None = None,
-        adaptive: AdaptiveWeights | None = None,
-        shared_prefix: bool = True,
-        micro_batch_rows: int | None = None,
-        sampler_logprobs: bool = False,
-        importance_sampling_cap: float | None = None,
-        temperature_schedule: tuple[float, int, int] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *args: Any, options: GrpoOptions | None = None, **kwargs: Any) -> None:
+        """TRL's GRPOTrainer(*args, **kwargs), with grpokit's additions as `options` (defaults: GrpoOptions())."""
+        options = GrpoOptions() if options is None else options
         super().__init__(*args, **kwargs)
         # (final temperature, first step, last step): grpo.temperature (args.temperature) up to the first step,
         # linear to the final one at the last, then constant; None: grpo.temperature throughout.
-        self.temperature_schedule = temperature_schedule
-        if temperature_schedule is not None:
+        self.temperature_schedule = options.temperature_schedule
+        if options.temperature_schedule is not None:
             self._check_temperature_reaches_the_loss()
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.kernels.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
         fused_lora.install_on(self)
-        self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
-        self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
+        self.shared_prefix = options.shared_prefix and self._shared_prefix_allowed()
+        self.micro_batch_rows = (
+            options.micro_batch_rows if options.micro_batch_rows and self._micro_batches_allowed() else None
+        )
         self._recipe_micro_batch_rows = self.micro_batch_rows  # what a smaller size learned after an OOM replaced
         # The rows of the step being trained, and those to train again after the pass ran out of memory.
         self._pass_inputs: dict[str, Any] | None = None
@@ -103,18 +116,22 @@ class GrpoTrainer(GRPOTrainer):
         self._logged_before_pass: dict[str, int] = {}
         # Schedules (grpokit.stages.dynamic_sampling): dynamic sampling with at most this many extra batches' rollouts;
         # a curriculum with one prompt dataset per level and the reward that measures success; weights.
-        self.dynamic_max_extra = dynamic_max_extra
+        self.dynamic_max_extra = options.dynamic_max_extra
         # Informative prompts drawn again in later steps' extra rollouts (4 batches' worth kept, newest first).
         groups = self.args.per_device_train_batch_size * self.args.steps_per_generation // self.num_generations
-        self.replay = Replay(dynamic_replay, 4 * groups) if dynamic_replay and dynamic_max_extra else None
+        self.replay = (
+            Replay(options.dynamic_replay, 4 * groups) if options.dynamic_replay and options.dynamic_max_extra else None
+        )
         # Failed prompts rolled out again within their step, at most this many times each.
-        self.retry = dynamic_retry if dynamic_max_extra else 0
-        self.retry_reward = retry_reward  # what retry calls success (the curriculum's is self.success_reward)
+        self.retry = options.dynamic_retry if options.dynamic_max_extra else 0
+        self.retry_reward = options.retry_reward  # what retry calls success (the curriculum's is self.success_reward)
         # The first extra round drawn with the batch's own groups, in one rollout (not with replay).
-        self.upfront = bool(dynamic_upfront and dynamic_max_extra and self.replay is None)
+        self.upfront = bool(options.dynamic_upfront and options.dynamic_max_extra and self.replay is None)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
         # PODS's down-sampling: each group's rows whose rewards vary most train, this many of num_generations.
-        self.downsample_to = downsample_to if downsample_to and downsample_to < self.num_generations else None
+        self.downsample_to = (
+            options.downsample_to if options.downsample_to and options.downsample_to < self.num_generations else None
+        )
         if self.downsample_to and self.accelerator.num_processes > 1:
             raise ValueError("dynamic_sampling.downsample_to runs in one process; leave it out to train on several")
         self._row_rewards: torch.Tensor | None = None  # the last scored batch's summed reward per row
@@ -123,14 +140,14 @@ class GrpoTrainer(GRPOTrainer):
         # `entropy`; TRL's, over the rows the training pass trains, moves to `entropy/trained` (`_compute_loss`).
         self._sampled_entropy: dict[str, float] | None = None
         self._entropy_of_sampled_rows = False
-        self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
-        self.adaptive = adaptive
+        self.curriculum, self.level_data, self.success_reward = options.curriculum or (None, [], "")
+        self.adaptive = options.adaptive
         if self.ref_model is not None:
             # TRL reloads a full fine-tune's reference from the checkpoint it came from; after an earlier
             # stage (a cold start, a format stage) that is a model that never wrote the tags. The KL term
             # holds a stage near the policy it started from. (LoRA: TRL copies the adapter as "ref".)
             SyncRefModelCallback.sync_target_model(self.model, self.ref_model, alpha=1.0)
-        self.rollout_engine, self.stop_texts = rollout_engine, tuple(stop_texts)
+        self.rollout_engine, self.stop_texts = options.rollout_engine, tuple(options.stop_texts)
         # A row that ends on a stop text has no EOS, which TRL would read as truncated: grpokit decides.
         self.mask_truncated_rows, self.mask_truncated_completions = self.mask_truncated_completions, False
         self.rollout_fallback = self._rollout_fallback()
@@ -139,24 +156,24 @@ class GrpoTrainer(GRPOTrainer):
             log.warning("rollouts on TRL's generation%s: grpokit's sampler %s", lost, self.rollout_fallback)
         # A failed prompt's last retry: one row of its group is the demonstration `guide(row)` writes, in place
         # of a draw of grpokit's sampler (so not on TRL's or vLLM's generation).
-        if guide is not None and self.retry and self.rollout_fallback:
+        if options.guide is not None and self.retry and self.rollout_fallback:
             log.warning("dynamic_sampling.guide ignored: the demonstration replaces a draw of grpokit's sampler")
-        self.guide = guide if self.retry and not self.rollout_fallback else None
+        self.guide = options.guide if self.retry and not self.rollout_fallback else None
         self._guided: dict[int, list[int]] = {}  # row of the batch being rolled out -> its demonstration's ids
         self._ahead: _DrawnAhead | None = None  # rows rolled out together, handed out as each part is scored
-        self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
-        self.sampler_logprobs = sampler_logprobs and self._sampler_logprobs_allowed()
+        self.rollout_copy = RolloutCopy(self._rollout_dtype()) if options.rollout_copy else None
+        self.sampler_logprobs = options.sampler_logprobs and self._sampler_logprobs_allowed()
         # Truncated importance sampling (train_pass.importance_sampling_cap): each completion token's gradient
         # weighted by min(pi / pi_sampler, cap), detached (`_against_the_sampler`); None: unweighted.
-        self.importance_sampling_cap = importance_sampling_cap
-        if importance_sampling_cap is not None:
-            self._check_importance_sampling(importance_sampling_cap)
+        self.importance_sampling_cap = options.importance_sampling_cap
+        if options.importance_sampling_cap is not None:
+            self._check_importance_sampling(options.importance_sampling_cap)
         self._loss_inputs: dict[str, Any] | None = None  # the batch of the loss call under way, read once
         self._mismatch: dict[str, torch.Tensor] | None = None  # sums over the loss calls of one compute_loss
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
-        self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
-        if skip_zero_advantage and not self.skip_zero_advantage:
+        self.skip_zero_advantage = options.skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
+        if options.skip_zero_advantage and not self.skip_zero_advantage:
             log.info(
                 "training on every completion: skipping zero-advantage rows is exact only with beta=0, no entropy "
                 "bonus, top_entropy_quantile=1, no router auxiliary loss, steps_per_generation=1 and loss_type in %s",
