@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -317,3 +318,160 @@ def extra_prompt_rows(dataset: Any, groups: int, group: int, seed: str) -> list[
         row = dataset[rng.randrange(len(dataset))]
         rows.extend(dict(row) for _ in range(group))
     return rows
+
+
+class DynamicSampling:
+    """One training step's dynamic sampling: `fill()` refills the scored batch with informative groups
+    (`fill_batch`), drawing each extra round from, in order, the first round already rolled out with the
+    batch (upfront), this step's failed prompts again (retry, with `guide`'s demonstration on a prompt's
+    last try), the replay queue, then new prompts; it queues the informative prompts for replay and logs
+    `dynamic/*`. `trainer` is the GrpoTrainer: it rolls out and scores (`_score`, `_score_aside`,
+    `_score_together`) and holds the settings and the replay queue.
+
+    Every round's seed is `dynamic:<seed>:<step>:<round>`, rounds numbered from 1 in the order drawn, so
+    a seeded run draws the same prompts.
+    """
+
+    def __init__(
+        self,
+        trainer: Any,
+        inputs: list[dict[str, Any]],
+        batch: dict[str, Any],
+        row_success: torch.Tensor | None,
+        drawn: tuple[list[dict[str, Any]], dict[str, Any], torch.Tensor | None] | None = None,
+    ) -> None:
+        self.trainer, self.inputs, self.batch, self.row_success = trainer, inputs, batch, row_success
+        self.group, self.kept = trainer.num_generations, trainer._group_rows  # rows drawn; rows per scored group
+        self.data = trainer._prompt_data()
+        self.size = batch["advantages"].numel() // self.kept
+        self.rounds = iter(range(1, 1_000_000))
+        self.found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
+        self.failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
+        self.replayed = self.replayed_useful = self.retried = self.retried_useful = self.guided = 0
+        self.ready = [drawn] if drawn is not None else []
+        # New prompts' groups a step may draw. Upfront, they were all drawn with the batch, and retries have
+        # an allowance of their own: one batch's worth of groups.
+        self.budget = round(trainer.dynamic_max_extra * self.size)
+        self.left = self.budget
+        self.allowance = self.size if trainer.upfront and trainer.retry else 0
+
+    def fill(self) -> dict[str, Any]:
+        """The batch that trains (as many groups as the scored batch, informative first); logs the step's
+        `dynamic/*` figures into the trainer's metrics."""
+        trainer, group, kept = self.trainer, self.group, self.kept
+        first = list(self.inputs[::group])
+        self.queue(first, [0] * len(first), [0] * len(first), self.batch, self.row_success)
+        batch, stats = fill_batch(
+            self.batch, self.more, kept, self.budget + self.allowance, trainer._tokenizer.pad_token_id, rows_drawn=group
+        )
+        if self.ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
+            stats["dynamic/extra_rollouts"] += float(self.ready[0][1]["advantages"].numel() // kept * group)
+        if trainer.replay is not None:
+            trainer.replay.push(self.found)
+            stats["dynamic/replayed"] = float(self.replayed)
+            if self.replayed:
+                stats["dynamic/replayed_informative_frac"] = self.replayed_useful / self.replayed
+        if trainer.retry:
+            stats["dynamic/retried"] = float(self.retried)
+            if self.retried:
+                stats["dynamic/retried_informative_frac"] = self.retried_useful / self.retried
+        if trainer.guide is not None:
+            stats["dynamic/guided"] = float(self.guided)
+        for key, value in stats.items():
+            trainer._metrics["train"][key].append(value)
+        return batch
+
+    def more(self, groups: int, wanted: int) -> list[dict[str, Any]]:
+        """`fill_batch`'s `more`: one round of at most `groups` groups, from the first source that has any."""
+        trainer, group = self.trainer, self.group
+        if self.ready:  # upfront: the first round (its seed) was rolled out with the batch
+            next(self.rounds)
+            rows, scored, success = self.ready.pop()
+            self.left -= len(rows) // group
+            self.queue(rows[::group], [0] * (len(rows) // group), [0] * (len(rows) // group), scored, success)
+            return [scored]
+        if self.failed:  # this step's failed prompts first: more tries where the policy has not found the answer
+            taken, self.failed[:] = self.failed[:groups], self.failed[groups:]
+            parts = [self.retries(taken)]
+            # Room in the round that the retries alone cannot fill, and none of them comes back: the new
+            # prompts the next round would draw are rolled out with them, one decode instead of two.
+            room = min(groups - len(taken), self.left)
+            if (
+                room
+                and len(taken) < wanted
+                and all(r + 1 == trainer.retry for _, r in taken)
+                and not (trainer.replay is not None and len(trainer.replay))
+            ):
+                parts.append(self.new_prompts(room))
+            return trainer._score_together(parts)
+        if trainer.replay is not None and len(trainer.replay):
+            taken = trainer.replay.take(groups)
+            rows = [row for row, _ in taken]
+            scored = trainer._score_aside([dict(row) for row in rows for _ in range(group)], "replay/")
+            self.replayed += len(rows)
+            self.replayed_useful += self.note(rows, [t for _, t in taken], [0] * len(rows), scored)
+            return [scored]
+        if self.left < 1:  # upfront: what remains is the retries' allowance
+            return []
+        rows, score = self.new_prompts(min(groups, self.left))
+        return [score(rows)]
+
+    def note(self, rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
+        """Queue the informative prompts for replay and the failed ones for a retry; the informative count.
+        Reads the success of the batch scored last: call it right after scoring `scored`."""
+        return self.queue(rows, tries, retries, scored, self.trainer._row_success)
+
+    def queue(
+        self,
+        rows: list[dict[str, Any]],
+        tries: list[int],
+        retries: list[int],
+        scored: dict[str, Any],
+        success: torch.Tensor | None,
+    ) -> int:
+        """`note` with the success rewards given: one prompt row per group of `scored`."""
+        trainer = self.trainer
+        if trainer.replay is None and not trainer.retry:  # nothing to queue or count
+            return 0
+        useful = informative_groups(batch_rewards(scored), self.kept).tolist()
+        if trainer.replay is not None:
+            self.found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
+        if trainer.retry and success is not None:
+            lost = failing_groups(batch_rewards(scored), success, self.kept).tolist()
+            self.failed.extend(
+                (row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < trainer.retry
+            )
+        return sum(useful)
+
+    def retries(self, taken: list[tuple[dict[str, Any], int]]) -> tuple[list[dict[str, Any]], Callable]:
+        """Failed prompts' groups rolled out again, and how they are scored (`score_retries`)."""
+        prompts = [row for row, _ in taken]
+        return [dict(row) for row in prompts for _ in range(self.group)], partial(self.score_retries, taken)
+
+    def score_retries(self, taken: list[tuple[dict[str, Any], int]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Score a retry round (logged under retry/); on a prompt's last retry its group's first row is the
+        guide's demonstration."""
+        trainer, prompts = self.trainer, [row for row, _ in taken]
+        if trainer.guide is not None:  # each group's first row, on the prompt's last retry
+            last = [i for i, (_, r) in enumerate(taken) if r + 1 == trainer.retry]
+            trainer._guided = {i * self.group: trainer._demonstration_ids(prompts[i]) for i in last}
+            self.guided += len(last)
+        try:
+            scored = trainer._score_aside(rows, "retry/")
+        finally:
+            trainer._guided = {}
+        self.retried += len(prompts)
+        self.retried_useful += self.note(prompts, [0] * len(prompts), [r + 1 for _, r in taken], scored)
+        return scored
+
+    def new_prompts(self, groups: int) -> tuple[list[dict[str, Any]], Callable]:
+        """`groups` new prompts' groups (the round's own seed), and how they are scored (`score_new`)."""
+        trainer = self.trainer
+        seed = f"dynamic:{trainer.args.seed}:{trainer.state.global_step}:{next(self.rounds)}"
+        self.left -= groups
+        return extra_prompt_rows(self.data, groups, self.group, seed), partial(self.score_new, groups)
+
+    def score_new(self, groups: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        scored = self.trainer._score(rows)
+        self.note(rows[:: self.group], [0] * groups, [0] * groups, scored)
+        return scored

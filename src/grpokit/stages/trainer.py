@@ -42,11 +42,10 @@ from grpokit.runs.checkpoints import mark_complete
 from grpokit.stages.dynamic_sampling import (
     AdaptiveWeights,
     Curriculum,
+    DynamicSampling,
     Replay,
     batch_rewards,
     extra_prompt_rows,
-    failing_groups,
-    fill_batch,
     group_advantages,
     informative_groups,
     max_variance_rows,
@@ -862,122 +861,10 @@ class GrpoTrainer(GRPOTrainer):
         row_success: torch.Tensor | None,
         drawn: tuple[list[dict[str, Any]], dict[str, Any], torch.Tensor | None] | None = None,
     ) -> dict[str, Any]:
-        """The batch refilled with informative groups (grpokit.stages.dynamic_sampling.fill_batch). `row_success`: the
+        """The batch refilled with informative groups (`dynamic_sampling.DynamicSampling`). `row_success`: the
         batch's success reward per row (for retry); `drawn`: the first extra round's rows, scored batch and
         success, already rolled out with the batch (upfront)."""
-        group, kept = self.num_generations, self._group_rows  # rows drawn per prompt; rows per scored group
-        data = self._prompt_data()
-        size = batch["advantages"].numel() // kept
-        rounds = iter(range(1, 1_000_000))
-        found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
-        failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
-        counts = {"replayed": 0, "replayed_useful": 0, "retried": 0, "retried_useful": 0, "guided": 0}
-        ready = [drawn] if drawn is not None else []
-        # New prompts' groups a step may draw. Upfront, they were all drawn with the batch, and retries have
-        # an allowance of their own: one batch's worth of groups.
-        budget = round(self.dynamic_max_extra * size)
-        new = {"left": budget}
-        allowance = size if self.upfront and self.retry else 0
-
-        def note(rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
-            """Queue the informative prompts for replay and the failed ones for a retry; the informative count.
-            Reads the success of the batch scored last: call it right after scoring `scored`."""
-            return queue(rows, tries, retries, scored, self._row_success)
-
-        def queue(rows, tries, retries, scored, success: torch.Tensor | None) -> int:
-            if self.replay is None and not self.retry:  # nothing to queue or count
-                return 0
-            useful = informative_groups(batch_rewards(scored), kept).tolist()
-            if self.replay is not None:
-                found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
-            if self.retry and success is not None:
-                lost = failing_groups(batch_rewards(scored), success, kept).tolist()
-                failed.extend((row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < self.retry)
-            return sum(useful)
-
-        def retries(taken: list[tuple[dict[str, Any], int]]) -> tuple[list[dict[str, Any]], Callable]:
-            """Failed prompts' groups rolled out again, and how they are scored (logged under retry/)."""
-            prompts = [row for row, _ in taken]
-
-            def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
-                if self.guide is not None:  # each group's first row, on the prompt's last retry
-                    last = [i for i, (_, r) in enumerate(taken) if r + 1 == self.retry]
-                    self._guided = {i * group: self._demonstration_ids(prompts[i]) for i in last}
-                    counts["guided"] += len(last)
-                try:
-                    scored = self._score_aside(rows, "retry/")
-                finally:
-                    self._guided = {}
-                counts["retried"] += len(prompts)
-                counts["retried_useful"] += note(prompts, [0] * len(prompts), [r + 1 for _, r in taken], scored)
-                return scored
-
-            return [dict(row) for row in prompts for _ in range(group)], score
-
-        def new_prompts(groups: int) -> tuple[list[dict[str, Any]], Callable]:
-            """`groups` new prompts' groups (the round's own seed), and how they are scored."""
-            seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
-            new["left"] -= groups
-
-            def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
-                scored = self._score(rows)
-                note(rows[::group], [0] * groups, [0] * groups, scored)
-                return scored
-
-            return extra_prompt_rows(data, groups, group, seed), score
-
-        def more(groups: int, wanted: int) -> list[dict[str, Any]]:
-            if ready:  # upfront: the first round (its seed) was rolled out with the batch
-                next(rounds)
-                rows, scored, success = ready.pop()
-                new["left"] -= len(rows) // group
-                queue(rows[::group], [0] * (len(rows) // group), [0] * (len(rows) // group), scored, success)
-                return [scored]
-            if failed:  # this step's failed prompts first: more tries where the policy has not found the answer
-                taken, failed[:] = failed[:groups], failed[groups:]
-                parts = [retries(taken)]
-                # Room in the round that the retries alone cannot fill, and none of them comes back: the new
-                # prompts the next round would draw are rolled out with them, one decode instead of two.
-                room = min(groups - len(taken), new["left"])
-                if (
-                    room
-                    and len(taken) < wanted
-                    and all(r + 1 == self.retry for _, r in taken)
-                    and not (self.replay is not None and len(self.replay))
-                ):
-                    parts.append(new_prompts(room))
-                return self._score_together(parts)
-            if self.replay is not None and len(self.replay):
-                taken = self.replay.take(groups)
-                rows = [row for row, _ in taken]
-                scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "replay/")
-                counts["replayed"] += len(rows)
-                counts["replayed_useful"] += note(rows, [t for _, t in taken], [0] * len(rows), scored)
-                return [scored]
-            if new["left"] < 1:  # upfront: what remains is the retries' allowance
-                return []
-            rows, score = new_prompts(min(groups, new["left"]))
-            return [score(rows)]
-
-        first = list(inputs[::group])
-        queue(first, [0] * len(first), [0] * len(first), batch, row_success)
-        batch, stats = fill_batch(batch, more, kept, budget + allowance, self._tokenizer.pad_token_id, rows_drawn=group)
-        if ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
-            stats["dynamic/extra_rollouts"] += float(ready[0][1]["advantages"].numel() // kept * group)
-        if self.replay is not None:
-            self.replay.push(found)
-            stats["dynamic/replayed"] = float(counts["replayed"])
-            if counts["replayed"]:
-                stats["dynamic/replayed_informative_frac"] = counts["replayed_useful"] / counts["replayed"]
-        if self.retry:
-            stats["dynamic/retried"] = float(counts["retried"])
-            if counts["retried"]:
-                stats["dynamic/retried_informative_frac"] = counts["retried_useful"] / counts["retried"]
-        if self.guide is not None:
-            stats["dynamic/guided"] = float(counts["guided"])
-        for key, value in stats.items():
-            self._metrics["train"][key].append(value)
-        return batch
+        return DynamicSampling(self, inputs, batch, row_success, drawn).fill()
 
     def _eos_ids(self) -> list[int]:
         """The ids that end a rollout: the generation config's, else TRL's."""
