@@ -1,19 +1,13 @@
 """What a GRPO stage adjusts as it learns: dynamic sampling, a curriculum, adaptive reward weights.
 
-All three read the same signal, a reward's success rate over the last steps, and each is a small
-object the trainer calls once per step; they are plain Python, tested without a model.
-
-- `fill_batch` is DAPO's dynamic sampling: it keeps the groups whose rewards differ (the others have
-  advantage 0 and teach nothing) and fills the batch with them from extra rollouts.
-- `max_variance_rows` and `group_advantages` are PODS's down-sampling: of the completions drawn for a prompt,
-  the training pass takes the few whose rewards vary most, with advantages over those rows.
-- `failing_groups` finds the groups none of whose completions succeeded, which dynamic sampling's `retry`
-  rolls out again within the step (Reinforce-Ada's adaptive sampling: a few more tries may draw the answer).
-- `Replay` holds the prompts whose groups taught something, so that later steps' extra rollouts draw
-  them again before drawing new ones (prompts at the policy's frontier, as Kimi k1.5's prioritised
-  sampling favours problems the policy still fails).
-- `Curriculum` steps a task parameter up a list of levels when the success rate passes a threshold.
-- `AdaptiveWeights` shrinks the weight of a reward that is learned and lets it grow back when it slips.
+Each is a small object or function the trainer calls once per step, tested without a model:
+- `fill_batch` (DAPO's dynamic sampling) keeps the groups whose rewards differ and fills the batch with
+  them from extra rollouts; `DynamicSampling` runs one step of it on a GrpoTrainer (retry, replay, upfront).
+- `max_variance_rows`, `group_advantages`: PODS's down-sampling to the rows whose rewards vary most.
+- `failing_groups`: the groups with no success, which `retry` rolls out again within the step (Reinforce-Ada).
+- `Replay`: informative prompts drawn again by later steps before new ones (Kimi k1.5's prioritised sampling).
+- `Curriculum` steps a task parameter up its levels when the success rate passes a threshold.
+- `AdaptiveWeights` shrinks the weight of a learned reward and lets it grow back when it slips.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def build_trainer(
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=min(3, cfg.steps),
-        completion_only_loss=True,  # measured: loss on the whole sequence learns the format ~20x worse
+        completion_only_loss=True,  # the loss on the demonstration: on the whole sequence the format is learned worse
         logging_steps=1,
         save_strategy="steps" if recipe.output.save_every else "no",
         save_steps=recipe.output.save_every or 500,
@@ -105,8 +105,7 @@ def build_trainer(
 
         def on_step_end(self, args, state, control, **kwargs):
             # The step's freed activations and logits go back to the system (glibc keeps them in its heap
-            # otherwise): measured, the default warm-up's peak 2.84 -> 2.36 GB at no cost in time; a trim
-            # after every micro-batch reached 2.05 GB but faults the pages in again (bench/RESULTS.md v0.24).
+            # otherwise); once per step: after every micro-batch the pages would be faulted in again.
             memory.trim()
 
     trainer = CompactSftTrainer(
@@ -133,13 +132,10 @@ def compact_lm_head() -> Iterator[None]:
     """Within it, TRL's fused LM head scores only the positions that have a label on a CPU too.
 
     TRL's SFT loss projects through the vocabulary in tiles (`add_fused_lm_head`); on a Triton device it
-    tiles only the labelled positions, elsewhere every position, so that the tile shapes stay fixed for
-    compilers such as Neuron's. A CPU in eager mode compiles nothing, and every position includes the
-    prompt and the padding: with the default recipe's ~50-token prompts and ~36-token answers, 60% of
-    the head's work (its forward, the backward's recomputed tiles and log-softmax over 49,152 entries)
-    went to positions the loss masks out. The loss, its gradient and the logged entropy and token
-    accuracy are the same sums over the labelled positions (tested). With a TRL that has no such switch
-    it changes nothing.
+    tiles only the labelled positions, elsewhere every position (fixed tile shapes for compilers such as
+    Neuron's). A CPU in eager mode compiles nothing, and the other positions (prompt, padding) are work the
+    loss masks out. The loss, its gradient and the logged entropy and token accuracy are the same sums over
+    the labelled positions (tested). With a TRL that has no such switch it changes nothing.
     """
     triton = getattr(trl_utils, "_use_triton", None)
     if triton is None:

@@ -1,13 +1,12 @@
-"""TRL's GRPOTrainer with one saving (no training pass over completions that carry no gradient), per-reward
-error counts in the logs, and checkpoints marked complete only once fully written.
+"""TRL's GRPOTrainer with grpokit's rollouts and training pass (`GrpoOptions`), no training pass over
+completions that carry no gradient, per-reward error counts in the logs, and checkpoints marked
+complete only once fully written.
 
 A group whose completions all get the same reward has advantage 0 for every completion. With no KL
 term (beta = 0), no entropy bonus or entropy quantile, no MoE router loss, and a loss normalised by the
 generation batch's token count (TRL's default `dapo`, and `cispo`), such rows add exactly zero to the
-loss and its gradient. They are dropped before the forward/backward pass, so the update is the same
-and the pass costs only what teaches.
-Measured on the default recipe: 25-100% of the groups per step (about half on average) are uniform
-once the cold start has taught the format, so that share of the training pass was spent on zeros.
+loss and its gradient. They are dropped before the forward/backward pass: the same update, and the
+pass costs only what teaches.
 """
 
 from __future__ import annotations
@@ -303,8 +302,8 @@ class GrpoTrainer(GRPOTrainer):
 
     def _against_the_sampler(self, logps: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
         """The policy's per-token log-probabilities [B, C] of one loss call, measured against the sampler's
-        (`sampling_per_token_logps`: grpokit's sampler, a bf16 merged copy of the policy where it measured
-        faster) and, with `importance_sampling_cap`, weighted by it.
+        (`sampling_per_token_logps`: grpokit's sampler, possibly on a bf16 merged copy of the policy) and,
+        with `importance_sampling_cap`, weighted by it.
 
         The policy at rollout is TRL's `old_per_token_logps` where TRL computed them (a batch reused), else
         the log-probabilities just computed (the same weights). Tokens the sampler did not draw (a guide's
@@ -424,7 +423,7 @@ class GrpoTrainer(GRPOTrainer):
             )
         advice.append(
             "- `grpo.gradient_checkpointing: true`: activations recomputed in the backward (TRL's pass, without "
-            "grpokit's shared prefix; on an H200 1.2x the time of the pass without it, bench/RESULTS.md v0.20)."
+            "grpokit's shared prefix): less memory for somewhat more time."
         )
         advice.append(
             "- fewer rows or tokens: `grpo.per_device_train_batch_size` with `grpo.gradient_accumulation_steps`, "
@@ -521,7 +520,7 @@ class GrpoTrainer(GRPOTrainer):
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
             model, autocast = self._sampling_model(unwrapped_model)
-            # The training pass's precision for the rollout's matmuls too (bf16 where it measured faster).
+            # The training pass's precision for the rollout's matmuls too (bf16 when grpo.bf16 is on).
             with torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=autocast):
                 return sample(
                     model,
