@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from grpokit.kernels.decode import Decoder, refusal
+from grpokit.kernels import decode
 
 log = logging.getLogger(__name__)
 
@@ -247,11 +247,11 @@ class _Steps:
     def __init__(self, model: Any, cache: Any, mask: torch.Tensor, max_new: int, cache_kwarg: str) -> None:
         self.model, self.cache, self.mask, self.cache_kwarg = model, cache, mask, cache_kwarg
         self.positions = mask.sum(-1)  # [B] the next token's position: the real tokens so far
-        why = refusal(model)
+        why = decode.refusal(model)  # looked up at each call: tests replace it
         if why and why not in _REFUSALS_LOGGED:
             _REFUSALS_LOGGED.add(why)
             log.info("decoding steps on transformers' forward, not grpokit.kernels.decode: %s", why)
-        self.decoder = None if why else Decoder(model)
+        self.decoder = None if why else decode.Decoder(model)
         if self.decoder:
             self.decoder.start(cache, mask, max_new)
             self.cache = None  # moved into the decoder's buffers
