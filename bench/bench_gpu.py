@@ -155,7 +155,7 @@ def run_contender(name: str, model_name: str, args: argparse.Namespace, device: 
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from grpokit.stages.trainer import GrpoTrainer
+    from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
 
     kind, shape = TINY if args.tiny else SHAPES[model_name]
     model = build_model(kind, shape, device)
@@ -168,7 +168,8 @@ def run_contender(name: str, model_name: str, args: argparse.Namespace, device: 
     data = Dataset.from_list([{"prompt": p} for p in prompts])
     cls = GrpoTrainer if name.startswith("grpokit") else GRPOTrainer
     # train_pass.micro_batch_rows: the loss in parts of whole groups, one part's activations at a time
-    kwargs = {"micro_batch_rows": args.micro_batch_rows} if cls is GrpoTrainer and args.micro_batch_rows else {}
+    options = GrpoOptions(micro_batch_rows=args.micro_batch_rows) if args.micro_batch_rows else None
+    kwargs = {"options": options} if cls is GrpoTrainer and options else {}
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     trainer = cls(

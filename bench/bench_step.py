@@ -201,7 +201,8 @@ def grpokit_kwargs(name: str, work: Workload, task: Any, tokenizer: Any, steps: 
     if name != "grpokit":
         off = dataclasses.replace(recipe.dynamic_sampling, enabled=False, downsample_to=None)
         recipe = dataclasses.replace(recipe, dynamic_sampling=off)
-    return trainer_options(recipe, task, tokenizer, steps)
+    options = trainer_options(recipe, task, tokenizer, steps)
+    return {field.name: getattr(options, field.name) for field in dataclasses.fields(options)}
 
 
 def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str, float]:
@@ -211,7 +212,7 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
 
     from grpokit.models.load import load_model
     from grpokit.rewards import make_reward, to_trl
-    from grpokit.stages.trainer import GrpoTrainer
+    from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
     from grpokit.tasks import build_task
     from grpokit.tasks.base import render_prompt
 
@@ -223,7 +224,9 @@ def run_contender(name: str, steps: int, out: Path, work: Workload) -> dict[str,
     data = Dataset.from_list([{**r, "prompt": render_prompt(tokenizer, task.messages(r))} for r in rows])
     rewards = [to_trl(n, make_reward(n, task), timeout=None) for n, _ in work.rewards]
     cls = GrpoTrainer if name.startswith("grpokit") else GRPOTrainer
-    kwargs = grpokit_kwargs(name, work, task, tokenizer, steps) if cls is GrpoTrainer else {}
+    kwargs = (
+        {"options": GrpoOptions(**grpokit_kwargs(name, work, task, tokenizer, steps))} if cls is GrpoTrainer else {}
+    )
     if work.lora:  # the default recipe's adapter, handed to each contender the same way (TRL wraps the model)
         from peft import LoraConfig
 

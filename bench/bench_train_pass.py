@@ -82,7 +82,7 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
     from grpokit.recipe.load import build_recipe
     from grpokit.recipe.trl_args import build_grpo_config
     from grpokit.stages.pipeline import attach_lora
-    from grpokit.stages.trainer import GrpoTrainer
+    from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
 
     if name.endswith("-returned"):  # train_pass.return_freed_memory
         from grpokit.kernels.memory import return_freed_memory
@@ -107,8 +107,10 @@ def run_one(name: str, repeats: int, group: int, full: bool, out: Path) -> dict[
         args=build_grpo_config(recipe, out),
         train_dataset=Dataset.from_list([{"prompt": "x"}]),
         processing_class=tokenizer,
-        shared_prefix=name.startswith("grpokit"),
-        micro_batch_rows=int(name.split("micro")[1].split("-")[0]) if "micro" in name else None,
+        options=GrpoOptions(
+            shared_prefix=name.startswith("grpokit"),
+            micro_batch_rows=int(name.split("micro")[1].split("-")[0]) if "micro" in name else None,
+        ),
     )
     if name == "trl":  # TRL's pass on peft's LoRA layers and transformers' modules, not grpokit's fused ones
         from grpokit.kernels import fused_lora, fused_ops

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from grpokit.stages.trainer import GrpoTrainer
+from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
 
 
 class FixedRollouts(GrpoTrainer):
@@ -66,7 +66,7 @@ def train(model_dir: Path, out_dir: Path, skip: bool, processes: int = 1) -> dic
         processing_class=tokenizer,
         args=build_grpo_config(recipe, out_dir / "grpo"),
         train_dataset=grpokit_train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
-        skip_zero_advantage=skip,
+        options=GrpoOptions(skip_zero_advantage=skip),
     )
     trainer.train()
     logged = [row["rows_trained_frac"] for row in trainer.state.log_history if "rows_trained_frac" in row]

@@ -54,7 +54,7 @@ def fails_first_of_each_group():
 def _scored_batch(tiny_model_dir, tmp_path, on_error, verifier=None, timeout=10.0):
     from grpokit.models.load import load_model
     from grpokit.stages import pipeline as train
-    from grpokit.stages.trainer import GrpoTrainer
+    from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
     from grpokit.tasks import build_task
 
     verifier = verifier or fails_first_of_each_group()
@@ -71,7 +71,7 @@ def _scored_batch(tiny_model_dir, tmp_path, on_error, verifier=None, timeout=10.
         processing_class=tokenizer,
         args=build_grpo_config(recipe, tmp_path / "g"),
         train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
-        skip_zero_advantage=False,
+        options=GrpoOptions(skip_zero_advantage=False),
     )
     inputs = next(iter(trainer.get_train_dataloader()))
     torch.manual_seed(0)

@@ -9,7 +9,8 @@ import pytest
 
 from grpokit.recipe.load import build_recipe, load_recipe
 from grpokit.runs import records as runs
-from grpokit.runs.checkpoints import latest_resumable_run, mark_complete
+from grpokit.runs.checkpoints import mark_complete
+from grpokit.runs.records import latest_resumable_run
 from grpokit.stages import pipeline as train
 from tests.conftest import tiny_recipe
 from tests.fake_runs import make_run

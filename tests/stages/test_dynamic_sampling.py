@@ -205,7 +205,7 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_teach(tiny_model_dir,
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
-        [{"name": "tests.test_schedules.parity"}],
+        [{"name": "tests.stages.test_dynamic_sampling.parity"}],
         dynamic_sampling={"enabled": dynamic, "max_extra": 3.0},
     )
     inputs = next(iter(trainer.get_train_dataloader()))
@@ -221,7 +221,7 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_teach(tiny_model_dir,
         assert not useful.all()  # the control: uniform groups stay in the batch
 
 
-PARITY = "tests.test_schedules.parity"
+PARITY = "tests.stages.test_dynamic_sampling.parity"
 
 
 @pytest.mark.parametrize(
@@ -296,7 +296,7 @@ def test_upfront_rolls_the_batch_and_its_extra_round_out_together(tiny_model_dir
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
-        [{"name": "tests.test_schedules.parity"}],
+        [{"name": "tests.stages.test_dynamic_sampling.parity"}],
         dynamic_sampling={"enabled": True, "max_extra": 1.0, "upfront": upfront},
     )
     rollouts = []
@@ -324,7 +324,8 @@ def test_upfront_rolls_the_batch_and_its_extra_round_out_together(tiny_model_dir
 def test_upfront_with_retry_retries_the_failed_prompts_of_both_after_one_rollout(tiny_model_dir, tmp_path, monkeypatch):
     import grpokit.stages.trainer
 
-    name = "tests.test_schedules.wrong_on_even"  # every group uniform: even answers fail, odd ones succeed
+    # every group uniform: even answers fail, odd ones succeed
+    name = "tests.stages.test_dynamic_sampling.wrong_on_even"
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
@@ -365,8 +366,8 @@ def test_a_group_of_equal_rewards_gets_zero_advantage_is_skipped_and_counted_as_
     """Rewards 0.8333 in every row of a group of 8: TRL's float rounding gives each row -6e-4. The group must
     have exactly zero advantage, be left out of the training pass, and count in frac_reward_zero_std."""
     rewards = [
-        {"name": "tests.test_schedules.format_one", "weight": 0.5},
-        {"name": "tests.test_schedules.two_thirds_on_even", "weight": 0.5},
+        {"name": "tests.stages.test_dynamic_sampling.format_one", "weight": 0.5},
+        {"name": "tests.stages.test_dynamic_sampling.two_thirds_on_even", "weight": 0.5},
     ]
     trainer = _trainer(tiny_model_dir, tmp_path, rewards, drawn=8)
     trainer.skip_zero_advantage = True  # as a run trains
@@ -389,7 +390,7 @@ def test_replay_draws_last_steps_informative_prompts_first_and_logs_them_apart(t
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
-        [{"name": "tests.test_schedules.parity"}],
+        [{"name": "tests.stages.test_dynamic_sampling.parity"}],
         dynamic_sampling={"enabled": True, "max_extra": 3.0, "replay": 1},
     )
     batches = [b for b in trainer.get_train_dataloader() if any(r["answer"] % 2 == 0 for r in b)]
@@ -408,7 +409,7 @@ def test_replay_draws_last_steps_informative_prompts_first_and_logs_them_apart(t
     # Replayed groups' figures go under replay/; the run's own stay those of uniformly drawn prompts.
     assert (
         len(metrics["replay/frac_reward_zero_std"]) == 1
-        and len(metrics["replay/rewards/tests.test_schedules.parity/mean"]) == 1
+        and len(metrics["replay/rewards/tests.stages.test_dynamic_sampling.parity/mean"]) == 1
     )
     later_uniform = len(trainer.prompts_seen[seen + 16 + 4 * replayed :]) // 16  # 4-group uniform rounds
     assert len(metrics["frac_reward_zero_std"]) == uniform_rounds + 1 + later_uniform
@@ -426,7 +427,7 @@ def wrong_on_even(task):
 
 @pytest.mark.parametrize("retry", [2, 0])
 def test_retry_rolls_the_steps_failed_prompts_out_again_first_at_most_retry_times(tiny_model_dir, tmp_path, retry):
-    name = "tests.test_schedules.wrong_on_even"
+    name = "tests.stages.test_dynamic_sampling.wrong_on_even"
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
@@ -502,7 +503,8 @@ def test_a_last_retry_round_with_room_is_rolled_out_with_the_new_prompts_after_i
 ):
     import grpokit.stages.trainer
 
-    name = "tests.test_schedules.wrong_on_even"  # every group uniform: even answers fail, odd ones succeed
+    # every group uniform: even answers fail, odd ones succeed
+    name = "tests.stages.test_dynamic_sampling.wrong_on_even"
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
@@ -550,12 +552,12 @@ def test_curriculum_moves_to_harder_prompts_once_the_success_rate_is_reached(tin
         "levels": [9, 500],
         "threshold": 0.9,
         "window": 1,
-        "reward": "tests.test_schedules.always_right",
+        "reward": "tests.stages.test_dynamic_sampling.always_right",
     }
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
-        [{"name": "tests.test_schedules.always_right"}],
+        [{"name": "tests.stages.test_dynamic_sampling.always_right"}],
         **({"curriculum": section} if curriculum else {}),
     )
     loader = iter(trainer.get_train_dataloader())
@@ -580,7 +582,7 @@ def test_curriculum_moves_to_harder_prompts_once_the_success_rate_is_reached(tin
 def test_adaptive_weights_change_the_advantages_weights_and_are_logged(tiny_model_dir, tmp_path):
     rewards = [
         {
-            "name": "tests.test_schedules.always_right",
+            "name": "tests.stages.test_dynamic_sampling.always_right",
             "weight": 1.0,
             "adaptive": {"target": 0.5, "rate": 0.5, "min_weight": 0.1, "max_weight": 1.0, "window": 1},
         },
@@ -589,10 +591,10 @@ def test_adaptive_weights_change_the_advantages_weights_and_are_logged(tiny_mode
     trainer = _trainer(tiny_model_dir, tmp_path, rewards)
     trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
     assert trainer.reward_weights.tolist() == [0.5, 0.5]
-    assert trainer._metrics["train"]["weights/tests.test_schedules.always_right"] == [0.5]
+    assert trainer._metrics["train"]["weights/tests.stages.test_dynamic_sampling.always_right"] == [0.5]
     # Each reward's share of groups with no completion above 0: none for the always-right reward, every
     # group for the format reward (a random model never writes the tags).
-    assert trainer._metrics["train"]["rewards/tests.test_schedules.always_right/groups_all_fail"] == [0.0]
+    assert trainer._metrics["train"]["rewards/tests.stages.test_dynamic_sampling.always_right/groups_all_fail"] == [0.0]
     assert trainer._metrics["train"]["rewards/format/groups_all_fail"] == [1.0]
     state = trainer._schedule_state()
-    assert state["adaptive"]["weights"]["tests.test_schedules.always_right"] == 0.5
+    assert state["adaptive"]["weights"]["tests.stages.test_dynamic_sampling.always_right"] == 0.5

@@ -50,7 +50,7 @@ def test_a_failing_rank_stops_the_others_with_its_error(tiny_model_dir, tmp_path
     raw = tiny_recipe(
         tiny_model_dir,
         out,
-        rewards=[{"name": "tests.test_launch.make_crash_on_rank1"}],
+        rewards=[{"name": "tests.stages.test_launch.make_crash_on_rank1"}],
         output={"dir": str(out), "name": "tiny"},
     )
     code = main(["train", str(write(tmp_path, raw)), "--processes", "2"])
@@ -109,7 +109,7 @@ def test_ranks_that_keep_different_numbers_of_rows_stay_in_step(tiny_model_dir, 
     raw = tiny_recipe(
         tiny_model_dir,
         out,
-        rewards=[{"name": "tests.test_launch.make_rank0_noise"}],
+        rewards=[{"name": "tests.stages.test_launch.make_rank0_noise"}],
         grpo={"max_steps": 2, "temperature": 1.5},
         output={"dir": str(out), "name": "tiny", "save_every": 0},
     )

@@ -159,14 +159,16 @@ def make_boom(task):
 def test_a_raising_reward_does_not_end_the_run(tiny_model_dir, tmp_path):
     from grpokit.stages import pipeline as train
 
-    rewards = [{"name": "format"}, {"name": "tests.test_train.make_boom"}]
+    rewards = [{"name": "format"}, {"name": "tests.stages.test_pipeline.make_boom"}]
     run_dir = train.main(build_recipe(tiny_recipe(tiny_model_dir, tmp_path, rewards=rewards)))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    errors = [r["rewards/tests.test_train.make_boom/errors"] for r in rows if r["stage"] == "grpo" and "reward" in r]
+    errors = [
+        r["rewards/tests.stages.test_pipeline.make_boom/errors"] for r in rows if r["stage"] == "grpo" and "reward" in r
+    ]
     assert errors and all(e == 4 for e in errors)  # 8 completions per step, every other one raised
     assert "verifier crashed" in (run_dir / "reward_errors.jsonl").read_text()
     warnings = (run_dir / "warnings.jsonl").read_text()
-    assert "reward_errors:tests.test_train.make_boom" in warnings
+    assert "reward_errors:tests.stages.test_pipeline.make_boom" in warnings
 
 
 def test_stages_report_the_test_split_watch_validation_and_evaluate_each_suite(tiny_model_dir, tmp_path, length_reward):

@@ -9,7 +9,7 @@ from grpokit.errors import RecipeError, TrainingInterrupted
 from grpokit.recipe.load import build_recipe
 from grpokit.stages import pipeline as train
 from tests.conftest import tiny_recipe
-from tests.test_resume import SignalAt
+from tests.runs.test_resume import SignalAt
 
 
 def staged(tiny_model_dir, out, **extra):
@@ -99,7 +99,7 @@ def test_a_stage_trains_on_its_own_task_params_and_is_evaluated_on_the_recipes(t
 def test_resume_continues_inside_a_later_stage(tiny_model_dir, tmp_path, at):
     import torch
 
-    from tests.test_resume import adapter_weights
+    from tests.runs.test_resume import adapter_weights
 
     straight = train.main(build_recipe(staged(tiny_model_dir, tmp_path / "straight", output={"save_every": 1})))
     recipe = build_recipe(staged(tiny_model_dir, tmp_path / "halted", output={"save_every": 1}))

@@ -96,7 +96,7 @@ def _trainer(tiny_model_dir, tmp_path, model=None, reward_funcs=None, trainer_kw
     `reward_funcs` (default: the format reward), with `grpo` keys on top of the tiny recipe."""
     from grpokit.models.load import load_model
     from grpokit.stages import pipeline as train
-    from grpokit.stages.trainer import GrpoTrainer
+    from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
     from grpokit.tasks import build_task
 
     raw = tiny_recipe(tiny_model_dir, tmp_path, rewards=[{"name": "format"}])
@@ -109,8 +109,7 @@ def _trainer(tiny_model_dir, tmp_path, model=None, reward_funcs=None, trainer_kw
         args=build_grpo_config(recipe, tmp_path / "grpo"),
         train_dataset=train.build_train_dataset(build_task("arithmetic"), tokenizer, recipe),
         processing_class=tokenizer,
-        stop_texts=("</answer>",),
-        **(trainer_kwargs or {}),
+        options=GrpoOptions(stop_texts=("</answer>",), **(trainer_kwargs or {})),
     )
 
 

@@ -19,7 +19,7 @@ from grpokit.report import compare
 from grpokit.report import page as report
 from grpokit.rewards import REWARDS, redteam
 from grpokit.runs import records as runs
-from grpokit.runs.checkpoints import latest_resumable_run
+from grpokit.runs.records import latest_resumable_run
 from grpokit.sandbox import confine
 from grpokit.sandbox.scorers import AUDITED_GYM_VERSION, gym_path
 from grpokit.stages import console, launch

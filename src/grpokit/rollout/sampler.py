@@ -1,32 +1,28 @@
 """Rollouts for GRPO with less waste than `generate`: shared prompts, early stop, shrinking batch.
 
-A GRPO batch holds each prompt `num_generations` times in a row. `sample` runs the prompt through
-the model once per distinct prompt and copies its KV cache to the group's rows, samples every row
-token by token, and drops a row from the batch as soon as it ends (EOS, or a stop text such as
-`</answer>`: no compute on tokens after the answer, and the batch stops when every row is done).
-`generate` instead prefills every copy of a prompt and keeps computing finished rows until the
-longest one ends.
+`sample` runs each distinct prompt through the model once and copies its KV cache to the group's rows,
+samples every row token by token, and drops a row as soon as it ends (EOS, or a stop text such as
+`</answer>`); `generate` prefills every copy and computes finished rows until the longest one ends.
+Sampling matches `generate` with `do_sample=True` (temperature, then top-k, then top-p, torch's global
+RNG; `min_new_tokens` suppresses EOS and stop texts until that many tokens exist).
 
-Sampling matches `generate` with `do_sample=True`: temperature, then top-k, then top-p, drawn with
-torch's global RNG; `min_new_tokens` suppresses EOS (and stop texts) until that many tokens exist.
-
-Every returned token was drawn by the model: the trainer trains each one with its row's advantage. A
-row that writes a stop text gets one more draw, which is kept whatever it is, and the row ends there:
-the rewards read it (`</answer>` then an end token or whitespace keeps the strict format; more text
-does not), so stopping is taught by what the rewards pay. Keeping that draw only when it is an end
-token made the expected gradient at that position A * grad p(EOS) instead of 0, pushing wrong answers
-away from stopping; appending an EOS the model never drew would train it the same way.
+Every returned token was drawn by the model, and the trainer trains each one. A row that writes a stop
+text gets one more draw, kept whatever it is, and ends there: the rewards read it, so stopping is taught by
+what they pay (keeping it only when it is an end token, or appending an undrawn EOS, biases the gradient).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from grpokit.kernels import decode
 from grpokit.kernels.modules import base_model, cache_of
 
 log = logging.getLogger(__name__)
@@ -126,20 +122,13 @@ def draw_with_logprob(logits: torch.Tensor, overwrite: bool = False) -> tuple[to
     and the log-probability [B] (float32) each drawn token had under that softmax. `overwrite` computes in
     `logits`' own storage (a buffer its owner will not read again) rather than in a new [B, V] tensor.
 
-    `torch.multinomial` on a CPU draws an exponential variate for every vocabulary entry: measured
-    30 ms per decoding step for 32 rows x 49,152 tokens, a quarter of the whole step. A float64 cumulative
-    sum over the whole vocabulary cost 1.4-9 ms a step (a 12.6 MB copy and a serial scan): a sixth of a
-    decoding step at 32 rows. Here the vocabulary is cut into blocks of `DRAW_BLOCK`: a block is drawn from
-    the block sums' CDF (192 entries), then a token from that block's own CDF with a second, independent
-    uniform, which is P(block) x P(token | block), the same distribution. `right=True` in the searches skips
-    entries of probability 0 (their cdf equals the previous one), so masked tokens never come.
-
-    The softmax is never normalised: the draws need only its unnormalised weights `exp(logit - max)` and
-    their total, and a token's log-probability is `log(weight) - log(total)`. The block sums are float32
-    (each of 256 weights at most 1; only their running total is float64). At 64 rows, with
-    `return_freed_memory`'s thresholds, a normalised softmax and float64 block sums cost 4.1 and 7.4 ms a
-    step (two fresh 12.6 and 25 MB tensors, paid in page faults): 11.9 ms against 1.7 ms this way, in place
-    (AMX Xeon, bench/RESULTS.md v0.34).
+    The vocabulary is cut into blocks of `DRAW_BLOCK`: a block is drawn from the block sums' CDF, then a
+    token from that block's own CDF with a second, independent uniform: P(block) x P(token | block), the same
+    distribution as `torch.multinomial`, without its variate per vocabulary entry or one float64 cumulative
+    sum over the whole vocabulary. `right=True` in the searches skips entries of probability 0, so masked
+    tokens never come. The softmax is never normalised: a token's log-probability is `log(weight) -
+    log(total)` with weights `exp(logit - max)`; block sums are float32 (each of 256 weights at most 1), only
+    their running total float64.
     """
     peak = logits.amax(-1, keepdim=True)
     weights = logits.sub_(peak).exp_() if overwrite else (logits - peak).exp_()  # [B, V], masked entries 0
@@ -257,15 +246,13 @@ class _Steps:
     cache, fused projections), else transformers' forward with transformers' cache."""
 
     def __init__(self, model: Any, cache: Any, mask: torch.Tensor, max_new: int, cache_kwarg: str) -> None:
-        from grpokit.kernels.decode import Decoder, refusal
-
         self.model, self.cache, self.mask, self.cache_kwarg = model, cache, mask, cache_kwarg
         self.positions = mask.sum(-1)  # [B] the next token's position: the real tokens so far
-        why = refusal(model)
+        why = decode.refusal(model)  # looked up at each call: tests replace it
         if why and why not in _REFUSALS_LOGGED:
             _REFUSALS_LOGGED.add(why)
             log.info("decoding steps on transformers' forward, not grpokit.kernels.decode: %s", why)
-        self.decoder = None if why else Decoder(model)
+        self.decoder = None if why else decode.Decoder(model)
         if self.decoder:
             self.decoder.start(cache, mask, max_new)
             self.cache = None  # moved into the decoder's buffers
@@ -343,8 +330,7 @@ def _last_position(length: int, device: Any) -> torch.Tensor:
 
     With an int, transformers slices `hidden[:, -1:, :]`, a view whose rows are not contiguous; for a weight
     that needs no gradient `torch.matmul` then cannot fold the batch into one matmul and broadcasts the LM
-    head to every row instead, copying it: measured 0.26 s of a 0.52 s prefill for 7 prompts (a
-    [7, 576, 49152] bf16 copy). Indexing with a tensor gathers the rows into a contiguous tensor."""
+    head to every row instead, copying it. Indexing with a tensor gathers the rows into a contiguous tensor."""
     return torch.tensor([length - 1], device=device)
 
 
@@ -360,8 +346,6 @@ def finished(row: Sequence[int], eos_ids: Sequence[int], tokenizer: Any = None, 
 
 def _cache_argument(model: Any) -> str:
     """transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40)."""
-    import inspect
-
     forward = base_model(model).forward
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
@@ -372,8 +356,7 @@ class RolloutCopy:
     Sampling on a LoRA model pays at every decoded token for each adapted layer's own small matmuls,
     dropout and add (seven per block with all-linear targets), and under bf16 autocast for casting
     every fp32 weight again. The copy holds `W + B A` already cast, the way vLLM holds weights it was
-    sent; `refresh` rewrites it from the policy once per optimizer step (94 ms for SmolLM2-135M with
-    LoRA r=16 on all linear layers).
+    sent; `refresh` rewrites it from the policy once per optimizer step.
     """
 
     def __init__(self, dtype: torch.dtype) -> None:
@@ -400,8 +383,8 @@ class RolloutCopy:
 
     def release(self) -> None:
         """Free the copy's weights until the next `get`, which rewrites them: the training pass between two
-        rollouts gets their memory (538 MB for SmolLM2-135M in fp32). `refresh` rewrites every weight each
-        step anyway; what this adds is fresh pages for them, measured in bench/RESULTS.md."""
+        rollouts gets their memory. `refresh` rewrites every weight each step anyway; what this adds is fresh
+        pages for them."""
         if self.model is None or self.released:
             return
         for name, param in self.model.named_parameters():
@@ -410,15 +393,12 @@ class RolloutCopy:
 
 
 def wants_copy(policy: Any) -> bool:
-    """A copy pays for a LoRA policy: merged, each decoding step is half as long (measured, SmolLM2-135M,
-    LoRA r=16 on all linear layers: 5.0 s vs 11.3 s for 32 x 64 tokens). A full fine-tune samples on the
-    policy itself under autocast: there a bf16 copy measured no faster inside the trainer (5.75 s vs
-    5.23 s per rollout) and its refresh rewrote every weight each step. An adapter the copy cannot hold
-    exactly (`copy_refusal`) samples on the policy too, said once in the log.
-
-    On a CUDA GPU a full fine-tune gets a copy too: `grpokit.kernels.decode` captures its decoding step in a CUDA
-    graph, which needs a plain model in the sampling dtype outside autocast; the refresh is a device copy
-    of every weight once per step (milliseconds there)."""
+    """Whether to sample from a `RolloutCopy`: for a LoRA policy the copy can hold exactly (merged, no
+    adapter matmuls per decoded token), and for a full fine-tune on a CUDA GPU (`grpokit.kernels.decode`
+    captures its decoding step in a CUDA graph, which needs a plain model in the sampling dtype outside
+    autocast). A full fine-tune elsewhere samples on the policy under autocast, where a copy gains nothing
+    and costs a rewrite of every weight per step. An adapter the copy cannot hold exactly
+    (`copy_refusal`) samples on the policy, said once in the log."""
     if not hasattr(policy, "get_base_model"):
         return next(policy.parameters()).device.type == "cuda"
     refusal = copy_refusal(policy)
@@ -456,12 +436,11 @@ def copy_refusal(policy: Any) -> str | None:
 def share_frozen(copy: Any, policy: Any) -> int:
     """Point the copy's parameters that are the policy's own, unchanged, at the policy's memory instead of
     holding them twice; returns how many numbers it newly shares. `refresh` calls it first. Shared: a
-    parameter of a module without adapters, frozen in the policy, of the copy's dtype and shape (for
-    SmolLM2-135M with LoRA on the linear layers, an fp32 copy shares the embedding and LM head (28.3M
-    numbers, 113 MB) and the norms; a bf16 copy of an fp32 policy shares nothing). Exact: the same numbers,
-    which `refresh` then leaves be; frozen weights do not change (one written in place would show in the copy
-    at once, not at the next refresh). Weights that train are never shared: one shared while frozen and
-    trained since gets its own storage back. Evaluation's fp32 copy decodes at a run's peak of memory (v0.25).
+    parameter of a module without adapters, frozen in the policy, of the copy's dtype and shape (with LoRA
+    on the linear layers an fp32 copy shares the embedding, LM head and norms; a bf16 copy of an fp32 policy
+    shares nothing). Exact: the same numbers, which `refresh` then leaves be; frozen weights do not change.
+    Weights that train are never shared: one shared while frozen and trained since gets its own storage
+    back. Why: evaluation's fp32 copy decodes at a run's peak of memory.
     """
     base = base_model(policy)
     shared = 0
@@ -490,11 +469,10 @@ def share_frozen(copy: Any, policy: Any) -> int:
 
 
 def _plain_copy(policy: Any, dtype: torch.dtype) -> Any:
-    import copy
+    # slow import: transformers (through grpokit.kernels.attention), only when a rollout copy is made
+    from grpokit.kernels.attention import use_grouped_attention
 
-    from grpokit.kernels.attention import use_grouped_attention  # imports transformers: only when a copy is made
-
-    model = copy.deepcopy(policy)
+    model = deepcopy(policy)
     for module in model.modules():
         # accelerate's mixed precision replaces a prepared model's `forward` with an autocast wrapper
         # whose closure still calls the ORIGINAL model (deepcopy keeps function closures): the copy
@@ -548,11 +526,8 @@ def round_dithered(x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     Why: a merged bf16 copy of `W + BA` (`refresh`) is what the rollout samples from, and the training pass
     computes `bf16(W) x + B A x` with the adapters apart. Rounded to nearest, an adapter's change under half
     a bf16 step of its weight vanishes from the copy, in every weight at once and in the direction of the
-    update; dithered, it stays on average. Measured on the default recipe's warm-up adapter (SmolLM2-135M,
-    base held in bf16, 16 worked answers): the copy's KL to the training pass's policy 5.2e-3 nats per
-    token rounded to nearest, 2.6-3.1e-3 dithered (fresh random thresholds, two seeds), greedy token
-    different at 4.0% against 1.2-1.6% of positions. The thresholds are drawn once per shape (9 MB for
-    SmolLM2-135M's four), so `refresh` costs two integer operations per weight more and stays deterministic.
+    update; dithered, it stays on average. The thresholds are drawn once per shape, so `refresh` costs two
+    integer operations per weight more and stays deterministic.
 
     `in_place`: `x` (contiguous) holds the rounded numbers afterwards, still in fp32, and is returned
     (`refresh` copies them into the bf16 weight, which is then exact); no tensor of x's size is made.

@@ -75,14 +75,6 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
     return max(last, key=lambda path: (path / MARKER).stat().st_mtime_ns, default=None)
 
 
-def latest_resumable_run(base: Path) -> Path | None:
-    """The newest run directory under `base` that did not fail and can continue a stage from a complete
-    checkpoint (`resume_checkpoint`), whichever stage that is."""
-    from grpokit.runs.records import newest
-
-    return newest(base, lambda run: resume_checkpoint(run) is not None)
-
-
 def truncate_metrics(path: Path, stage: str, after_step: int) -> int:
     """Drop `stage` rows logged after `after_step` (they are redone on resume); return how many."""
     if not path.is_file():
@@ -126,6 +118,7 @@ class StopOnSignal:
         log.warning("%s: saving a checkpoint after this step, then stopping (send it again to abort now)", name)
 
     def callback(self) -> Any:
+        # slow import: transformers, only when a trainer runs (run listings import this module)
         from transformers import TrainerCallback
 
         outer = self

@@ -1,11 +1,10 @@
 """Saving on a disk that may fill up: check free space first, and turn a full disk into one clear error.
 
-A full disk used to end a run inside torch's writer (`RuntimeError: [enforce fail at inline_container.cc]
-unexpected pos ...`) with nothing saying "disk full", where, or how much. Every checkpoint and model
-save goes through `saving()`: it compares the free space with the size about to be written, and if the
-write still fails for lack of space it removes the unfinished folder (the last complete checkpoint
-stays) and raises `DiskFullError`, whose message names the folder, the space needed and free, and the
-command that resumes.
+Every checkpoint and model save goes through `saving()`: it compares the free space with the size about
+to be written, and if the write still fails for lack of space it removes the unfinished folder (the last
+complete checkpoint stays) and raises `DiskFullError`, whose message names the folder, the space needed
+and free, and the command that resumes. Why: torch's own error for a full disk (`unexpected pos`) says
+neither "disk full", nor where, nor how much.
 
 >>> human(1536), human(3 * 1024**3)
 ('1.5 KB', '3.0 GB')

@@ -24,6 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from grpokit.errors import TrainingInterrupted
+from grpokit.runs.checkpoints import resume_checkpoint
+
 STATUS_FILE = "status.json"
 
 
@@ -74,9 +79,6 @@ def mark_finished(run_dir: Path) -> None:
 def mark_stopped(run_dir: Path, err: BaseException) -> None:
     """Called with the exception that ended a run: interrupted when a checkpoint of the stage it stopped in
     (any stage: `checkpoints.resume_checkpoint`) lets it resume, else failed."""
-    from grpokit.errors import TrainingInterrupted
-    from grpokit.runs.checkpoints import resume_checkpoint
-
     found = resume_checkpoint(run_dir)
     checkpoint = str(found) if found else None
     resumable = checkpoint is not None and (
@@ -135,8 +137,6 @@ def find_runs(base: Path) -> list[Path]:
 
 
 def describe(run_dir: Path) -> RunInfo:
-    import yaml
-
     status = read_status(run_dir)
     try:
         recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
@@ -189,3 +189,9 @@ def newest(base: Path, usable: Any = None) -> Path | None:
         if read_status(run).get("status") != "failed" and (usable is None or usable(run)):
             return run
     return None
+
+
+def latest_resumable_run(base: Path) -> Path | None:
+    """The newest run directory under `base` that did not fail and can continue a stage from a complete
+    checkpoint (`checkpoints.resume_checkpoint`), whichever stage that is."""
+    return newest(base, lambda run: resume_checkpoint(run) is not None)

@@ -6,12 +6,17 @@ Each class holds what it needs and hands transformers a `TrainerCallback` from `
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback
 
 from grpokit.eval.evaluate import EvalResult, evaluate_recipe
 from grpokit.recipe.schema import Recipe
@@ -33,16 +38,10 @@ class RankProbe:
         trainer.record_prompts = True
 
     def callback(self) -> Any:
-        from transformers import TrainerCallback
-
         outer = self
 
         class _Callback(TrainerCallback):
             def on_train_end(self, args, state, control, **kwargs):
-                import hashlib
-
-                import torch.distributed as dist
-
                 digest = hashlib.sha256()
                 for name, param in sorted(outer.trainer.model.named_parameters()):
                     if param.requires_grad:
@@ -100,8 +99,6 @@ class PeriodicEval:
         return result
 
     def callback(self) -> Any:
-        from transformers import TrainerCallback
-
         outer = self
 
         class _Callback(TrainerCallback):
@@ -152,8 +149,6 @@ class TimeBudget:
         return self.clock.seconds
 
     def callback(self) -> Any:
-        from transformers import TrainerCallback
-
         outer = self
 
         class _Callback(TrainerCallback):
@@ -178,12 +173,8 @@ class TimeBudget:
 
 def _any_rank(flag: bool, device: Any) -> bool:
     """`flag` on any process (several processes must stop at the same step, or they wait on each other)."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return flag
-    import torch
-
     value = torch.tensor([float(flag)], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
@@ -209,8 +200,6 @@ class MetricsLog:
         self.health: HealthMonitor | None = None  # set for the GRPO stage
 
     def callback(self) -> Any:
-        from transformers import TrainerCallback
-
         outer = self
 
         class _Callback(TrainerCallback):

@@ -1,18 +1,11 @@
 """The terminal during a run: one line per stage at its start, one live progress line per stage, warnings once.
 
-Before this module the console carried three streams at once: tqdm bars, TRL's metric dictionaries
-(one 40-key dict per step) and grpokit's own lines. Now, at the default verbosity:
-
-- each training stage opens with one line: what runs, how many steps of what, on which device;
-- one progress line per stage (step/total, ETA, s/step, reward and its parts, the latest validation
-  accuracy) is rewritten in place on a terminal, and printed every `every` steps when piped;
-- TRL's metric dictionaries and the per-step lines go to train.log and metrics.jsonl only; tqdm bars
-  (trainer, weight loading, datasets) are off; other libraries show warnings, not chatter;
-- a warning is shown once: the same text again is left to train.log.
-
-`--quiet` shows warnings and errors only; `--verbose` restores everything (bars and dictionaries too).
-Wiring: `setup()` once (the CLI does), `callbacks(stage)` into a trainer's callbacks, and `adopt(trainer)`
-after building it (it removes transformers' own progress printer when grpokit's is there).
+At the default verbosity a stage opens with one line (what runs, steps, device), then one progress line
+(step/total, ETA, s/step, rewards, the latest validation accuracy) rewritten in place on a terminal or
+printed every `every` steps when piped. TRL's metric dictionaries and per-step lines go to train.log and
+metrics.jsonl only, library progress bars are off, and a warning is shown once. `--quiet`: warnings and
+errors only; `--verbose`: everything. Wiring: `setup()` once (the CLI does), `callbacks(stage)` into a
+trainer's callbacks, and `adopt(trainer)` after building it.
 """
 
 from __future__ import annotations
@@ -178,6 +171,7 @@ def setup(verbosity: str = NORMAL, stream: TextIO | None = None, every: int | No
 
 def _route_library_logs(verbose: bool) -> None:
     try:
+        # slow import: transformers, only when a console is set up (the CLI imports this module at start)
         import transformers
 
         # transformers prints through its own handler; send its records to ours (and train.log) instead.
@@ -203,6 +197,7 @@ def callbacks(stage: str) -> list[Any]:
 
 def adopt(trainer: Any) -> None:
     """Remove transformers' own progress printer (tqdm bar and metric dicts) where grpokit's progress is in."""
+    # slow import: transformers, only once a trainer is built (the CLI imports this module at start)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     handler = trainer.callback_handler
@@ -267,6 +262,7 @@ class ConsoleProgress:
         return state.global_step - self.printed_at >= every
 
     def callback(self) -> Any:
+        # slow import: transformers, only once a trainer is built (the CLI imports this module at start)
         from transformers import TrainerCallback
 
         outer = self

@@ -1,19 +1,13 @@
 """What a GRPO stage adjusts as it learns: dynamic sampling, a curriculum, adaptive reward weights.
 
-All three read the same signal, a reward's success rate over the last steps, and each is a small
-object the trainer calls once per step; they are plain Python, tested without a model.
-
-- `fill_batch` is DAPO's dynamic sampling: it keeps the groups whose rewards differ (the others have
-  advantage 0 and teach nothing) and fills the batch with them from extra rollouts.
-- `max_variance_rows` and `group_advantages` are PODS's down-sampling: of the completions drawn for a prompt,
-  the training pass takes the few whose rewards vary most, with advantages over those rows.
-- `failing_groups` finds the groups none of whose completions succeeded, which dynamic sampling's `retry`
-  rolls out again within the step (Reinforce-Ada's adaptive sampling: a few more tries may draw the answer).
-- `Replay` holds the prompts whose groups taught something, so that later steps' extra rollouts draw
-  them again before drawing new ones (prompts at the policy's frontier, as Kimi k1.5's prioritised
-  sampling favours problems the policy still fails).
-- `Curriculum` steps a task parameter up a list of levels when the success rate passes a threshold.
-- `AdaptiveWeights` shrinks the weight of a reward that is learned and lets it grow back when it slips.
+Each is a small object or function the trainer calls once per step, tested without a model:
+- `fill_batch` (DAPO's dynamic sampling) keeps the groups whose rewards differ and fills the batch with
+  them from extra rollouts; `DynamicSampling` runs one step of it on a GrpoTrainer (retry, replay, upfront).
+- `max_variance_rows`, `group_advantages`: PODS's down-sampling to the rows whose rewards vary most.
+- `failing_groups`: the groups with no success, which `retry` rolls out again within the step (Reinforce-Ada).
+- `Replay`: informative prompts drawn again by later steps before new ones (Kimi k1.5's prioritised sampling).
+- `Curriculum` steps a task parameter up its levels when the success rate passes a threshold.
+- `AdaptiveWeights` shrinks the weight of a learned reward and lets it grow back when it slips.
 """
 
 from __future__ import annotations
@@ -21,9 +15,11 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
+from trl.trainer.utils import nanstd  # TRL's own (Bessel-corrected, NaN-aware): the same advantages as TRL's
 
 # Per-row tensors padded on the left (prompt side) or the right (completion side) of their row.
 _LEFT = ("prompt_ids", "prompt_mask")
@@ -115,8 +111,6 @@ def group_advantages(rewards: torch.Tensor, group: int, scale: str = "group") ->
     >>> group_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0]), 2, "none").tolist()
     [0.5, -0.5, 0.0, 0.0]
     """
-    from trl.trainer.utils import nanstd  # TRL's own (Bessel-corrected, NaN-aware): the same advantages
-
     grouped = rewards.view(-1, group)
     advantages = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
     if scale == "group":
@@ -247,7 +241,7 @@ class Curriculum:
 class AdaptiveWeights:
     """Reward weights that move with each reward's rolling success rate (see config.AdaptiveSection).
 
-    >>> from grpokit.config import AdaptiveSection
+    >>> from grpokit.recipe.schema import AdaptiveSection
     >>> w = AdaptiveWeights({"format": AdaptiveSection(target=0.9, rate=0.5, min_weight=0.1, max_weight=1.0, window=1)},
     ...                     {"format": 1.0})
     >>> [round(w.update({"format": r})["format"], 4) for r in (1.0, 1.0, 1.0, 1.0, 0.2)]
@@ -318,3 +312,160 @@ def extra_prompt_rows(dataset: Any, groups: int, group: int, seed: str) -> list[
         row = dataset[rng.randrange(len(dataset))]
         rows.extend(dict(row) for _ in range(group))
     return rows
+
+
+class DynamicSampling:
+    """One training step's dynamic sampling: `fill()` refills the scored batch with informative groups
+    (`fill_batch`), drawing each extra round from, in order, the first round already rolled out with the
+    batch (upfront), this step's failed prompts again (retry, with `guide`'s demonstration on a prompt's
+    last try), the replay queue, then new prompts; it queues the informative prompts for replay and logs
+    `dynamic/*`. `trainer` is the GrpoTrainer: it rolls out and scores (`_score`, `_score_aside`,
+    `_score_together`) and holds the settings and the replay queue.
+
+    Every round's seed is `dynamic:<seed>:<step>:<round>`, rounds numbered from 1 in the order drawn, so
+    a seeded run draws the same prompts.
+    """
+
+    def __init__(
+        self,
+        trainer: Any,
+        inputs: list[dict[str, Any]],
+        batch: dict[str, Any],
+        row_success: torch.Tensor | None,
+        drawn: tuple[list[dict[str, Any]], dict[str, Any], torch.Tensor | None] | None = None,
+    ) -> None:
+        self.trainer, self.inputs, self.batch, self.row_success = trainer, inputs, batch, row_success
+        self.group, self.kept = trainer.num_generations, trainer._group_rows  # rows drawn; rows per scored group
+        self.data = trainer._prompt_data()
+        self.size = batch["advantages"].numel() // self.kept
+        self.rounds = iter(range(1, 1_000_000))
+        self.found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
+        self.failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
+        self.replayed = self.replayed_useful = self.retried = self.retried_useful = self.guided = 0
+        self.ready = [drawn] if drawn is not None else []
+        # New prompts' groups a step may draw. Upfront, they were all drawn with the batch, and retries have
+        # an allowance of their own: one batch's worth of groups.
+        self.budget = round(trainer.dynamic_max_extra * self.size)
+        self.left = self.budget
+        self.allowance = self.size if trainer.upfront and trainer.retry else 0
+
+    def fill(self) -> dict[str, Any]:
+        """The batch that trains (as many groups as the scored batch, informative first); logs the step's
+        `dynamic/*` figures into the trainer's metrics."""
+        trainer, group, kept = self.trainer, self.group, self.kept
+        first = list(self.inputs[::group])
+        self.queue(first, [0] * len(first), [0] * len(first), self.batch, self.row_success)
+        batch, stats = fill_batch(
+            self.batch, self.more, kept, self.budget + self.allowance, trainer._tokenizer.pad_token_id, rows_drawn=group
+        )
+        if self.ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
+            stats["dynamic/extra_rollouts"] += float(self.ready[0][1]["advantages"].numel() // kept * group)
+        if trainer.replay is not None:
+            trainer.replay.push(self.found)
+            stats["dynamic/replayed"] = float(self.replayed)
+            if self.replayed:
+                stats["dynamic/replayed_informative_frac"] = self.replayed_useful / self.replayed
+        if trainer.retry:
+            stats["dynamic/retried"] = float(self.retried)
+            if self.retried:
+                stats["dynamic/retried_informative_frac"] = self.retried_useful / self.retried
+        if trainer.guide is not None:
+            stats["dynamic/guided"] = float(self.guided)
+        for key, value in stats.items():
+            trainer._metrics["train"][key].append(value)
+        return batch
+
+    def more(self, groups: int, wanted: int) -> list[dict[str, Any]]:
+        """`fill_batch`'s `more`: one round of at most `groups` groups, from the first source that has any."""
+        trainer, group = self.trainer, self.group
+        if self.ready:  # upfront: the first round (its seed) was rolled out with the batch
+            next(self.rounds)
+            rows, scored, success = self.ready.pop()
+            self.left -= len(rows) // group
+            self.queue(rows[::group], [0] * (len(rows) // group), [0] * (len(rows) // group), scored, success)
+            return [scored]
+        if self.failed:  # this step's failed prompts first: more tries where the policy has not found the answer
+            taken, self.failed[:] = self.failed[:groups], self.failed[groups:]
+            parts = [self.retries(taken)]
+            # Room in the round that the retries alone cannot fill, and none of them comes back: the new
+            # prompts the next round would draw are rolled out with them, one decode instead of two.
+            room = min(groups - len(taken), self.left)
+            if (
+                room
+                and len(taken) < wanted
+                and all(r + 1 == trainer.retry for _, r in taken)
+                and not (trainer.replay is not None and len(trainer.replay))
+            ):
+                parts.append(self.new_prompts(room))
+            return trainer._score_together(parts)
+        if trainer.replay is not None and len(trainer.replay):
+            taken = trainer.replay.take(groups)
+            rows = [row for row, _ in taken]
+            scored = trainer._score_aside([dict(row) for row in rows for _ in range(group)], "replay/")
+            self.replayed += len(rows)
+            self.replayed_useful += self.note(rows, [t for _, t in taken], [0] * len(rows), scored)
+            return [scored]
+        if self.left < 1:  # upfront: what remains is the retries' allowance
+            return []
+        rows, score = self.new_prompts(min(groups, self.left))
+        return [score(rows)]
+
+    def note(self, rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
+        """Queue the informative prompts for replay and the failed ones for a retry; the informative count.
+        Reads the success of the batch scored last: call it right after scoring `scored`."""
+        return self.queue(rows, tries, retries, scored, self.trainer._row_success)
+
+    def queue(
+        self,
+        rows: list[dict[str, Any]],
+        tries: list[int],
+        retries: list[int],
+        scored: dict[str, Any],
+        success: torch.Tensor | None,
+    ) -> int:
+        """`note` with the success rewards given: one prompt row per group of `scored`."""
+        trainer = self.trainer
+        if trainer.replay is None and not trainer.retry:  # nothing to queue or count
+            return 0
+        useful = informative_groups(batch_rewards(scored), self.kept).tolist()
+        if trainer.replay is not None:
+            self.found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
+        if trainer.retry and success is not None:
+            lost = failing_groups(batch_rewards(scored), success, self.kept).tolist()
+            self.failed.extend(
+                (row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < trainer.retry
+            )
+        return sum(useful)
+
+    def retries(self, taken: list[tuple[dict[str, Any], int]]) -> tuple[list[dict[str, Any]], Callable]:
+        """Failed prompts' groups rolled out again, and how they are scored (`score_retries`)."""
+        prompts = [row for row, _ in taken]
+        return [dict(row) for row in prompts for _ in range(self.group)], partial(self.score_retries, taken)
+
+    def score_retries(self, taken: list[tuple[dict[str, Any], int]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Score a retry round (logged under retry/); on a prompt's last retry its group's first row is the
+        guide's demonstration."""
+        trainer, prompts = self.trainer, [row for row, _ in taken]
+        if trainer.guide is not None:  # each group's first row, on the prompt's last retry
+            last = [i for i, (_, r) in enumerate(taken) if r + 1 == trainer.retry]
+            trainer._guided = {i * self.group: trainer._demonstration_ids(prompts[i]) for i in last}
+            self.guided += len(last)
+        try:
+            scored = trainer._score_aside(rows, "retry/")
+        finally:
+            trainer._guided = {}
+        self.retried += len(prompts)
+        self.retried_useful += self.note(prompts, [0] * len(prompts), [r + 1 for _, r in taken], scored)
+        return scored
+
+    def new_prompts(self, groups: int) -> tuple[list[dict[str, Any]], Callable]:
+        """`groups` new prompts' groups (the round's own seed), and how they are scored (`score_new`)."""
+        trainer = self.trainer
+        seed = f"dynamic:{trainer.args.seed}:{trainer.state.global_step}:{next(self.rounds)}"
+        self.left -= groups
+        return extra_prompt_rows(self.data, groups, self.group, seed), partial(self.score_new, groups)
+
+    def score_new(self, groups: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        scored = self.trainer._score(rows)
+        self.note(rows[:: self.group], [0] * groups, [0] * groups, scored)
+        return scored

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from datasets import Dataset
 
 from grpokit.eval.evaluate import stop_texts
 from grpokit.recipe.schema import Recipe
@@ -16,8 +19,10 @@ from grpokit.stages import launch
 from grpokit.stages.callbacks import PROBE_ENV, MetricsLog, PeriodicEval, RankProbe
 from grpokit.stages.dynamic_sampling import AdaptiveWeights, Curriculum
 from grpokit.stages.health import HealthMonitor
+from grpokit.stages.sft import opened_by_prompt
+from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
 from grpokit.tasks import build_task
-from grpokit.tasks.base import Task, think_prefilled
+from grpokit.tasks.base import Task, render_prompt, think_prefilled
 
 
 def build_trainer(
@@ -32,9 +37,6 @@ def build_trainer(
     callbacks: Sequence[Any] = (),
 ) -> Any:
     """The stage's GrpoTrainer, writing checkpoints to `run_dir/<stage>`."""
-    from grpokit.stages.pipeline import build_train_dataset
-    from grpokit.stages.trainer import GrpoTrainer
-
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
     train_data = build_train_dataset(task, tokenizer, recipe)
     prefilled = think_prefilled(train_data[0]["prompt"], task.tags)
@@ -67,7 +69,7 @@ def build_trainer(
         train_dataset=_level_data(recipe, tokenizer, 0) if recipe.curriculum.param else train_data,
         processing_class=tokenizer,
         callbacks=[metrics.callback(), stop.callback(), *callbacks],
-        **trainer_options(recipe, task, tokenizer, args.max_steps),
+        options=trainer_options(recipe, task, tokenizer, args.max_steps),
     )
     if os.environ.get(PROBE_ENV):
         trainer.add_callback(RankProbe(trainer, Path(os.environ[PROBE_ENV])).callback())
@@ -77,29 +79,41 @@ def build_trainer(
     return trainer
 
 
-def trainer_options(recipe: Recipe, task: Task, tokenizer: Any, steps: int) -> dict[str, Any]:
+def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
+    """GRPO prompts as text rendered by grpokit, so training and evaluation see the same prompt."""
+    rows = task.dataset("train", recipe.task.train_size, distinct=False)
+    kwargs, prefill = recipe.chat_template_kwargs, recipe.task.prefill
+    return Dataset.from_list(
+        [
+            {**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt), kwargs, prefill)}
+            for row in rows
+        ]
+    )
+
+
+def trainer_options(recipe: Recipe, task: Task, tokenizer: Any, steps: int) -> GrpoOptions:
     """What GrpoTrainer adds to TRL's trainer, as the recipe sets it: the rollout engine, the training
     pass, dynamic sampling, curriculum and adaptive weights (`make bench` hands its grpokit the same)."""
     dynamic = recipe.dynamic_sampling
-    return {
-        "rollout_engine": recipe.rollout.engine,
-        "stop_texts": stop_texts(recipe),
-        "rollout_copy": recipe.rollout.merged_copy,
-        "shared_prefix": recipe.train_pass.shared_prefix,
-        "micro_batch_rows": recipe.train_pass.micro_batch_rows,
-        "sampler_logprobs": recipe.train_pass.sampler_logprobs,
-        "importance_sampling_cap": recipe.train_pass.importance_sampling_cap,
-        "temperature_schedule": _temperature_schedule(recipe, steps),
-        "dynamic_max_extra": dynamic.max_extra if dynamic.enabled else None,
-        "dynamic_replay": dynamic.replay if dynamic.enabled else 0,
-        "dynamic_retry": dynamic.retry if dynamic.enabled else 0,
-        "retry_reward": dynamic.success_reward,
-        "dynamic_upfront": dynamic.enabled and dynamic.upfront,
-        "downsample_to": dynamic.downsample_to,
-        "guide": _guide(task) if dynamic.enabled and dynamic.guide else None,
-        "curriculum": _curriculum(recipe, tokenizer),
-        "adaptive": _adaptive(recipe),
-    }
+    return GrpoOptions(
+        rollout_engine=recipe.rollout.engine,
+        stop_texts=stop_texts(recipe),
+        rollout_copy=recipe.rollout.merged_copy,
+        shared_prefix=recipe.train_pass.shared_prefix,
+        micro_batch_rows=recipe.train_pass.micro_batch_rows,
+        sampler_logprobs=recipe.train_pass.sampler_logprobs,
+        importance_sampling_cap=recipe.train_pass.importance_sampling_cap,
+        temperature_schedule=_temperature_schedule(recipe, steps),
+        dynamic_max_extra=dynamic.max_extra if dynamic.enabled else None,
+        dynamic_replay=dynamic.replay if dynamic.enabled else 0,
+        dynamic_retry=dynamic.retry if dynamic.enabled else 0,
+        retry_reward=dynamic.success_reward,
+        dynamic_upfront=dynamic.enabled and dynamic.upfront,
+        downsample_to=dynamic.downsample_to,
+        guide=_guide(task) if dynamic.enabled and dynamic.guide else None,
+        curriculum=_curriculum(recipe, tokenizer),
+        adaptive=_adaptive(recipe),
+    )
 
 
 def _temperature_schedule(recipe: Recipe, steps: int) -> tuple[float, int, int] | None:
@@ -113,10 +127,6 @@ def _temperature_schedule(recipe: Recipe, steps: int) -> tuple[float, int, int] 
 
 def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:
     """GRPO prompts of the task with the curriculum's parameter at `level`."""
-    import dataclasses
-
-    from grpokit.stages.pipeline import build_train_dataset
-
     cfg = recipe.curriculum
     params = {**recipe.task.params, cfg.param: cfg.levels[level]}
     task = build_task(recipe.task.name, params, recipe.task.tags)
@@ -127,7 +137,6 @@ def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:
 
 def _guide(task: Task) -> Callable[[dict[str, Any]], str]:
     """dynamic_sampling.guide's demonstration for a prompt row, as the completion of its prompt."""
-    from grpokit.stages.sft import opened_by_prompt
 
     def guide(row: dict[str, Any]) -> str:
         text = task.demonstration(row)

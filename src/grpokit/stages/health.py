@@ -96,10 +96,7 @@ class HealthMonitor:
         w = self.window
         correct = _find(now, "correctness")
         # Correctness down to a third of its best window (and by 0.1 or more) while the total reward held: the
-        # other rewards pay for it. Measured: a run whose warm-up left 12% right answers found that equations
-        # moved into <answer> (`<answer>5 + 4 = 9.</answer>`) keep the format and `steps` rewards, and its
-        # sampled correctness went 0.12 -> 0.00 in 15 steps while the reward held at 0.65-0.73 (bench/RESULTS.md
-        # v0.12); warned at step 13, correctness 0.01.
+        # other rewards pay for it (e.g. equations moved into <answer> keep the format and `steps` rewards).
         # A third, not a half: the best of many noisy windows sits high (a flat countdown run, held-out 16-18%
         # throughout, had windows between 0.12 and 0.32).
         corr_best, reward_now, reward_best = _find(best, "correctness"), now.get("reward"), best.get("reward")
@@ -174,13 +171,12 @@ class HealthMonitor:
                     f"mean completion length {length:.0f} tokens",
                 )
         entropy = now.get("entropy")
-        # Low mean entropy alone is normal for answers that are mostly template (tags, fixed wording) with a
-        # few uncertain tokens: measured 0.02-0.06 nats per token on the default task while held-out accuracy
-        # still rose. It is a collapse when the groups agree in failure: every completion of a problem wrong,
-        # in a quarter of the groups or more, and more often than independent draws at the window's success
-        # rate would leave a group (chance_all_fail, plus 0.15 for the noise of ~40 groups in a window). Groups
-        # that agree in success are what learning leaves (a policy that has learned a problem is sure of it).
-        # Logs without the per-group figure (grpokit logs rewards/<name>/groups_all_fail) fall back to any
+        # Low mean entropy alone is normal for answers that are mostly template (tags, fixed wording) with a few
+        # uncertain tokens, while held-out accuracy still rises. It is a collapse when the groups agree in failure:
+        # every completion of a problem wrong, in a quarter of the groups or more, and more often than independent draws
+        # at the window's success rate would leave a group (chance_all_fail, plus 0.15 for the noise of ~40 groups in a
+        # window). Groups that agree in success are what learning leaves (a policy that has learned a problem is sure of
+        # it). Logs without the per-group figure (grpokit logs rewards/<name>/groups_all_fail) fall back to any
         # agreement beyond chance, which counts learned problems too.
         solved = correct is not None and correct >= 0.9
         failing = _find(now, "correctness", "/groups_all_fail")

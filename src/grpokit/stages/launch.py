@@ -10,13 +10,20 @@ and prints that rank's error (max restarts 0), rather than leaving the others to
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from grpokit.errors import RecipeError
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +72,18 @@ def launch(train_args: list[str], processes: int, run_dir: Path, config: str | N
 
 
 def _cuda_available() -> bool:
+    # slow import: torch, only to look for a GPU (the launcher's parent process trains nothing)
     import torch
 
     return torch.cuda.is_available()
 
 
 def _has_module(name: str) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec(name) is not None
 
 
 def rollout_server_command(recipe: Any, tensor_parallel: int = 1, data_parallel: int = 1) -> list[str]:
     """`trl vllm-serve` for the recipe's model, on the host/port its GRPO section points the trainer at."""
-    from grpokit.errors import RecipeError
-
     grpo = recipe.grpo
     if not grpo.get("use_vllm") or grpo.get("vllm_mode", "server") != "server":
         raise RecipeError(
@@ -111,10 +115,11 @@ def serve_rollouts(recipe: Any, tensor_parallel: int, data_parallel: int, dry_ru
 
 def environment() -> list[str]:
     """What this machine offers and which launch configs it can run, as lines for `grpokit env`."""
-    import importlib.metadata
-    import platform
-
+    # slow import: torch, only for `grpokit env`
     import torch
+
+    # slow import: transformers (through grpokit.models.load), only for `grpokit env`
+    from grpokit.models.load import EMBEDDED, embedded_model_dir_if_ready
 
     lines = [f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPU cores"]
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -137,8 +142,6 @@ def environment() -> list[str]:
         except importlib.metadata.PackageNotFoundError:
             version = "not installed"
         lines.append(f"  {package:<14} {version}")
-    from grpokit.models.load import EMBEDDED, embedded_model_dir_if_ready
-
     ready = embedded_model_dir_if_ready()
     lines.append(
         f"{EMBEDDED} model: " + (f"converted at {ready}" if ready else "not converted yet (first use does it)")
@@ -151,8 +154,6 @@ def environment() -> list[str]:
 
 
 def _can_run(path: Path, gpus: int) -> str:
-    import yaml
-
     config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     kind, needed = config.get("distributed_type", "NO"), int(config.get("num_processes", 1))
     if kind == "DEEPSPEED" and not _has_module("deepspeed"):

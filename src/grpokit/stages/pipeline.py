@@ -33,7 +33,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
 import yaml
+from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file
 
 from grpokit.errors import RecipeError, TrainingInterrupted
 from grpokit.eval.evaluate import EvalResult, evaluate_recipe
@@ -46,15 +50,17 @@ from grpokit.recipe.schema import Recipe, StageSection
 from grpokit.recipe.stages import plan_stages, stage_recipe
 from grpokit.recipe.trl_args import measure_precision
 from grpokit.report import page as report
+from grpokit.rollout.sampler import copy_refusal
 from grpokit.runs import disk
 from grpokit.runs import records as runs
 from grpokit.runs.checkpoints import StopOnSignal, checkpoint_step, complete_checkpoints, truncate_metrics
 from grpokit.sandbox.client import configure as configure_sandbox
-from grpokit.stages import console, launch
-from grpokit.stages import sft
+from grpokit.stages import console, launch, sft
 from grpokit.stages.callbacks import MetricsLog, PeriodicEval, TimeBudget
+from grpokit.stages.grpo import build_train_dataset as build_train_dataset  # re-exported: tests, benchmarks
+from grpokit.stages.grpo import build_trainer
 from grpokit.tasks import build_task
-from grpokit.tasks.base import Example, Task, render_prompt
+from grpokit.tasks.base import Example, Task
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +73,16 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
 
     `callbacks` are extra transformers TrainerCallbacks for the GRPO stages.
     """
-    import transformers
-
     configure_sandbox(recipe.sandbox)  # the recipe's sandbox: section, for every score this run takes
     measure_precision(recipe)  # before the seed: the measurement draws random matrices
     main_rank = launch.is_main()
-    plan = plan_stages(recipe)
+    plan = plan_run(recipe)
     # Bad data fails before the run directory is made and before the model loads.
     task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
-    held = held_out(task, recipe)
+    held = held_out(task, recipe, plan)
     memory.follow_recipe(recipe.train_pass)
     if resume:
-        run_dir, records, checkpoint = prepare_resume(recipe, Path(resume), truncate=main_rank)
+        run_dir, records, checkpoint = prepare_resume(recipe, Path(resume), truncate=main_rank, plan=plan)
     elif os.environ.get(launch.RUN_DIR_ENV):  # one of several processes: the launcher made the directory
         run_dir, records, checkpoint = Path(os.environ[launch.RUN_DIR_ENV]), [], None
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -92,7 +96,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
     root.setLevel(min(previous_level, logging.INFO))  # train.log keeps INFO even when the caller set less
     try:
         if resume:
-            log.info("resuming %s: %s", run_dir, resume_point(plan, records, checkpoint))
+            log.info("resuming %s: %s", run_dir, resume_point([p.section for p in plan], records, checkpoint))
         elif main_rank:
             (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
             log.info("run directory: %s", run_dir)
@@ -114,16 +118,27 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
 
         metrics = MetricsLog(run_dir / "metrics.jsonl")
         done = {row["name"] for row in records}
-        last_done = next((stage for stage in reversed(plan) if stage.name in done), None)
+        last_done = next((p.section for p in reversed(plan) if p.section.name in done), None)
         if last_done is not None and checkpoint is None:
             load_weights(model, run_dir / last_done.name, recipe)
         grpo_state = None  # the last stage's TRL state, when it was a GRPO stage
-        for stage in plan:
+        for planned in plan:
+            stage = planned.section
             if stage.name in done:
                 continue
             t0 = time.perf_counter()
             model, trainer = run_stage(
-                stage, model, tokenizer, recipe, run_dir, held.validation, metrics, checkpoint, callbacks
+                stage,
+                model,
+                tokenizer,
+                recipe,
+                run_dir,
+                held.validation,
+                metrics,
+                checkpoint,
+                callbacks,
+                seen=planned.recipe,
+                first_example=demonstrations_before(recipe, stage, plan),
             )
             checkpoint, minutes = None, (time.perf_counter() - t0) / 60
             grpo_state = trainer.state if hasattr(trainer, "reward_funcs") else None
@@ -143,7 +158,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         if grpo_state is not None:
             grpo_state.save_to_json(str(run_dir / "trainer_state.json"))
         save_model(model, tokenizer, run_dir, recipe)
-        final = run_dir / f"eval_{plan[-1].name}.json"
+        final = run_dir / f"eval_{plan[-1].section.name}.json"
         (run_dir / "eval_after.json").write_text(final.read_text(encoding="utf-8"), encoding="utf-8")
         write_summary(run_dir, records, time.perf_counter() - started, task.notes(), launch.world_size())
         log.info("\n%s", format_table(records))
@@ -159,6 +174,20 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         root.removeHandler(log_file)
         root.setLevel(previous_level)
         log_file.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedStage:
+    """One stage of a run and the recipe as that stage sees it (`recipe.stages.stage_recipe`)."""
+
+    section: StageSection
+    recipe: Recipe
+
+
+def plan_run(recipe: Recipe) -> list[PlannedStage]:
+    """The stages `recipe` runs, in order, each with its stage recipe: `main` computes this once per run
+    and hands each step the part it reads."""
+    return [PlannedStage(stage, stage_recipe(recipe, stage)) for stage in plan_stages(recipe)]
 
 
 def write_partial_report(run_dir: Path) -> None:
@@ -180,15 +209,16 @@ def run_stage(
     metrics: MetricsLog,
     checkpoint: Path | None,
     callbacks: Sequence[Any] = (),
+    *,
+    seen: Recipe,
+    first_example: int,
 ) -> tuple[Any, Any]:
     """Train one stage on `model` (from `checkpoint` when resuming inside it); return the model and trainer.
 
-    A stage's `max_minutes` stops it early (callbacks.TimeBudget; a resumed stage's budget counts from the
-    resume); its `eval_every` (or eval.every for grpo stages) evaluates it on `watched` (validation
-    problems) every N steps."""
-    from grpokit.stages.grpo import build_trainer
-
-    seen = stage_recipe(recipe, stage)
+    `seen` is the recipe as the stage sees it (`PlannedStage.recipe`); an sft stage draws demonstrations
+    from the `first_example`-th on (`demonstrations_before`). A stage's `max_minutes` stops it early
+    (callbacks.TimeBudget; a resumed stage's budget counts from the resume); its `eval_every` (or
+    eval.every for grpo stages) evaluates it on `watched` (validation problems) every N steps."""
     metrics.stage, metrics.health = stage.name, None
     stop = StopOnSignal()
     shown = console.callbacks(stage.name)  # the stage's progress line, when a console is set up
@@ -201,7 +231,7 @@ def run_stage(
             seen,
             run_dir / stage.name,
             [*budget, metrics.callback(), stop.callback(), *shown],
-            first_example=demonstrations_before(recipe, stage),
+            first_example=first_example,
         )
         if seen.eval.every and launch.is_main():
             task = sft.task_of(seen)
@@ -232,15 +262,16 @@ def run_stage(
     return model, trainer
 
 
-def demonstrations_before(recipe: Recipe, stage: StageSection) -> int:
+def demonstrations_before(recipe: Recipe, stage: StageSection, plan: list[PlannedStage] | None = None) -> int:
     """How many demonstrations the sft stages before `stage` drew: each sft stage draws the ones after
-    them, so a second sft stage trains on fresh examples rather than the first one's again."""
+    them, so a second sft stage trains on fresh examples rather than the first one's again. `plan`: the
+    run's (`plan_run(recipe)`, computed here when not given)."""
     drawn = 0
-    for earlier in plan_stages(recipe):
-        if earlier.name == stage.name:
+    for earlier in plan_run(recipe) if plan is None else plan:
+        if earlier.section.name == stage.name:
             return drawn
-        if earlier.kind == "sft":
-            drawn += stage_recipe(recipe, earlier).cold_start.examples
+        if earlier.section.kind == "sft":
+            drawn += earlier.recipe.cold_start.examples
     return drawn
 
 
@@ -300,9 +331,12 @@ def load_records(run_dir: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
 
 
-def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tuple[Path, list[dict], Path | None]:
+def prepare_resume(
+    recipe: Recipe, run_dir: Path, truncate: bool = True, plan: list[PlannedStage] | None = None
+) -> tuple[Path, list[dict], Path | None]:
     """Check that `run_dir` is this recipe's run and can continue; return it, its finished stages'
-    records and the checkpoint to continue the next stage from (None: that stage starts afresh)."""
+    records and the checkpoint to continue the next stage from (None: that stage starts afresh).
+    `plan`: the run's (`plan_run(recipe)`, computed here when not given)."""
     saved_path = run_dir / "recipe.yaml"
     if not saved_path.is_file():
         raise RecipeError(f"cannot resume {run_dir}: it has no recipe.yaml, so it is not a grpokit run directory")
@@ -321,7 +355,8 @@ def prepare_resume(recipe: Recipe, run_dir: Path, truncate: bool = True) -> tupl
         )
     records = load_records(run_dir)
     done = {row["name"] for row in records}
-    pending = [stage for stage in plan_stages(recipe) if stage.name not in done]
+    stages = [p.section for p in plan] if plan is not None else plan_stages(recipe)
+    pending = [stage for stage in stages if stage.name not in done]
     if not pending:
         raise RecipeError(f"cannot resume {run_dir}: every stage has finished; start a new run")
     found = complete_checkpoints(run_dir / pending[0].name)
@@ -377,11 +412,7 @@ def resume_point(plan: list[StageSection], records: list[dict], checkpoint: Path
 
 def load_weights(model: Any, folder: Path, recipe: Recipe) -> None:
     """Put a finished stage's saved weights (adapter or full model) into `model`."""
-    from safetensors.torch import load_file
-
     if recipe.lora.enabled:
-        from peft import set_peft_model_state_dict
-
         set_peft_model_state_dict(model, load_file(str(folder / "adapter" / "adapter_model.safetensors")))
     else:
         state = {}
@@ -390,20 +421,6 @@ def load_weights(model: Any, folder: Path, recipe: Recipe) -> None:
         missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or any(not name.endswith("lm_head.weight") for name in missing):
             raise RecipeError(f"cannot resume: {folder / 'model'} does not match the model ({missing or unexpected})")
-
-
-def build_train_dataset(task: Any, tokenizer: Any, recipe: Recipe) -> Any:
-    """GRPO prompts as text rendered by grpokit, so training and evaluation see the same prompt."""
-    from datasets import Dataset
-
-    rows = task.dataset("train", recipe.task.train_size, distinct=False)
-    kwargs, prefill = recipe.chat_template_kwargs, recipe.task.prefill
-    return Dataset.from_list(
-        [
-            {**row, "prompt": render_prompt(tokenizer, task.messages(row, recipe.task.system_prompt), kwargs, prefill)}
-            for row in rows
-        ]
-    )
 
 
 def make_run_dir(recipe: Recipe) -> Path:
@@ -431,8 +448,6 @@ def attach_log_file(path: Path) -> logging.Handler:
 
 
 def attach_lora(model: Any, recipe: Recipe) -> Any:
-    from peft import LoraConfig, get_peft_model
-
     cfg = recipe.lora
     lora = LoraConfig(
         r=cfg.r,
@@ -444,14 +459,10 @@ def attach_lora(model: Any, recipe: Recipe) -> Any:
     model = get_peft_model(model, lora)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("LoRA r=%d on %s: %.2fM trainable parameters", cfg.r, cfg.target_modules, trainable / 1e6)
-    from grpokit.rollout.sampler import copy_refusal
-
     if autocast_everywhere(recipe) and copy_refusal(model) is None:
         # Every stage's training pass runs under bf16 autocast, which never reads a frozen weight's fp32 bits;
         # rollouts sample from a merged bf16 copy (rounded dithered) and evaluation from a merged fp32 one.
         # (An adapter no merged copy can hold is run directly by evaluation, so its base keeps fp32.)
-        import torch
-
         held = hold_frozen_linears(model, torch.bfloat16)
         if held:
             log.info("LoRA base weights held in bf16, as autocast uses them: %.1fM weights", held / 1e6)
@@ -459,8 +470,8 @@ def attach_lora(model: Any, recipe: Recipe) -> Any:
 
 
 def autocast_everywhere(recipe: Recipe) -> bool:
-    """Whether every stage trains under bf16 autocast (measured or set by grpo.bf16, stage by stage)."""
-    return all(trainer_precision(stage_recipe(recipe, stage).grpo.get("bf16"))["bf16"] for stage in plan_stages(recipe))
+    """Whether every stage trains under bf16 autocast (the device's default or grpo.bf16, stage by stage)."""
+    return all(trainer_precision(p.recipe.grpo.get("bf16"))["bf16"] for p in plan_run(recipe))
 
 
 @dataclasses.dataclass
@@ -474,10 +485,11 @@ class HeldOut:
     suites: dict[str, tuple[Task, list[Example]]]
 
 
-def held_out(task: Task, recipe: Recipe) -> HeldOut:
+def held_out(task: Task, recipe: Recipe, plan: list[PlannedStage] | None = None) -> HeldOut:
     """The run's evaluation sets, drawn before any model loads so that a split too small for the recipe
-    fails first. Validation is drawn only when a stage evaluates during training."""
-    stages = [stage_recipe(recipe, stage).eval for stage in plan_stages(recipe)]
+    fails first. Validation is drawn only when a stage evaluates during training. `plan`: the run's
+    (`plan_run(recipe)`, computed here when not given)."""
+    stages = [p.recipe.eval for p in (plan_run(recipe) if plan is None else plan)]
     watched = max((section.every_n for section in stages if section.every), default=0)
     try:
         test = task.dataset("test", recipe.eval.n)

@@ -14,11 +14,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import trl.trainer.utils as trl_utils
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import SFTConfig, SFTTrainer
+
 from grpokit.kernels import fused_lora, memory
 from grpokit.kernels.precision import trainer_precision
 from grpokit.recipe.schema import Recipe
 from grpokit.recipe.trl_args import default_report_to
 from grpokit.runs.checkpoints import mark_complete
+from grpokit.tasks import build_task
 from grpokit.tasks.base import Task, render_prompt, think_prefilled, tokenize_prompts
 from grpokit.tasks.parsing import THINK_TAGS, Tags
 
@@ -68,10 +74,6 @@ def build_trainer(
     """An SFTTrainer for `model` (already wrapped with LoRA when the recipe asks for it) on demonstrations
     (from the `first_example`-th on), saving complete checkpoints into `out_dir` every output.save_every
     steps (a run resumes inside it)."""
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import SFTConfig
-
     cfg = recipe.cold_start
     data = Dataset.from_list(build_demonstrations(task_of(recipe), tokenizer, recipe, first_example))
     args = SFTConfig(
@@ -82,7 +84,7 @@ def build_trainer(
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=min(3, cfg.steps),
-        completion_only_loss=True,  # measured: loss on the whole sequence learns the format ~20x worse
+        completion_only_loss=True,  # the loss on the demonstration: on the whole sequence the format is learned worse
         logging_steps=1,
         save_strategy="steps" if recipe.output.save_every else "no",
         save_steps=recipe.output.save_every or 500,
@@ -103,11 +105,10 @@ def build_trainer(
 
         def on_step_end(self, args, state, control, **kwargs):
             # The step's freed activations and logits go back to the system (glibc keeps them in its heap
-            # otherwise): measured, the default warm-up's peak 2.84 -> 2.36 GB at no cost in time; a trim
-            # after every micro-batch reached 2.05 GB but faults the pages in again (bench/RESULTS.md v0.24).
+            # otherwise); once per step: after every micro-batch the pages would be faulted in again.
             memory.trim()
 
-    trainer = _sft_trainer_class()(
+    trainer = CompactSftTrainer(
         model=model,
         args=args,
         train_dataset=data,
@@ -118,17 +119,12 @@ def build_trainer(
     return trainer
 
 
-def _sft_trainer_class() -> type:
-    from trl import SFTTrainer
+class CompactSftTrainer(SFTTrainer):
+    """TRL's SFTTrainer, its loss's LM head run on the demonstration tokens only (see `compact_lm_head`)."""
 
-    class CompactSftTrainer(SFTTrainer):
-        """TRL's SFTTrainer, its loss's LM head run on the demonstration tokens only (see `compact_lm_head`)."""
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            with compact_lm_head():
-                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
-    return CompactSftTrainer
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        with compact_lm_head():
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
 @contextmanager
@@ -136,16 +132,11 @@ def compact_lm_head() -> Iterator[None]:
     """Within it, TRL's fused LM head scores only the positions that have a label on a CPU too.
 
     TRL's SFT loss projects through the vocabulary in tiles (`add_fused_lm_head`); on a Triton device it
-    tiles only the labelled positions, elsewhere every position, so that the tile shapes stay fixed for
-    compilers such as Neuron's. A CPU in eager mode compiles nothing, and every position includes the
-    prompt and the padding: with the default recipe's ~50-token prompts and ~36-token answers, 60% of
-    the head's work (its forward, the backward's recomputed tiles and log-softmax over 49,152 entries)
-    went to positions the loss masks out. The loss, its gradient and the logged entropy and token
-    accuracy are the same sums over the labelled positions (tested). With a TRL that has no such switch
-    it changes nothing.
+    tiles only the labelled positions, elsewhere every position (fixed tile shapes for compilers such as
+    Neuron's). A CPU in eager mode compiles nothing, and the other positions (prompt, padding) are work the
+    loss masks out. The loss, its gradient and the logged entropy and token accuracy are the same sums over
+    the labelled positions (tested). With a TRL that has no such switch it changes nothing.
     """
-    import trl.trainer.utils as trl_utils
-
     triton = getattr(trl_utils, "_use_triton", None)
     if triton is None:
         yield
@@ -158,6 +149,4 @@ def compact_lm_head() -> Iterator[None]:
 
 
 def task_of(recipe: Recipe) -> Task:
-    from grpokit.tasks import build_task
-
     return build_task(recipe.task.name, recipe.task.params, recipe.task.tags)

@@ -1,13 +1,12 @@
-"""TRL's GRPOTrainer with one saving (no training pass over completions that carry no gradient), per-reward
-error counts in the logs, and checkpoints marked complete only once fully written.
+"""TRL's GRPOTrainer with grpokit's rollouts and training pass (`GrpoOptions`), no training pass over
+completions that carry no gradient, per-reward error counts in the logs, and checkpoints marked
+complete only once fully written.
 
 A group whose completions all get the same reward has advantage 0 for every completion. With no KL
 term (beta = 0), no entropy bonus or entropy quantile, no MoE router loss, and a loss normalised by the
 generation batch's token count (TRL's default `dapo`, and `cispo`), such rows add exactly zero to the
-loss and its gradient. They are dropped before the forward/backward pass, so the update is the same
-and the pass costs only what teaches.
-Measured on the default recipe: 25-100% of the groups per step (about half on average) are uniform
-once the cold start has taught the format, so that share of the training pass was spent on zeros.
+loss and its gradient. They are dropped before the forward/backward pass: the same update, and the
+pass costs only what teaches.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import copy
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,10 @@ from grpokit.runs.checkpoints import mark_complete
 from grpokit.stages.dynamic_sampling import (
     AdaptiveWeights,
     Curriculum,
+    DynamicSampling,
     Replay,
     batch_rewards,
     extra_prompt_rows,
-    failing_groups,
-    fill_batch,
     group_advantages,
     informative_groups,
     max_variance_rows,
@@ -60,42 +59,54 @@ _TOKEN_NORMALISED_LOSSES = ("dapo", "cispo")
 SCHEDULES_FILE = "grpokit-schedules.json"  # in each checkpoint: curriculum level, adaptive weights
 
 
+@dataclass(frozen=True)
+class GrpoOptions:
+    """What GrpoTrainer adds to TRL's GRPOTrainer, as one value: the rollout engine, the training pass,
+    dynamic sampling, curriculum and adaptive weights. `grpokit.stages.grpo.trainer_options` builds it from
+    a recipe; the defaults are a plain GrpoTrainer's (grpokit's sampler, no dynamic sampling)."""
+
+    skip_zero_advantage: bool = True
+    rollout_engine: str = "grpokit"  # rollout.engine
+    stop_texts: tuple[str, ...] = ()
+    rollout_copy: bool = True  # rollout.merged_copy
+    # train_pass
+    shared_prefix: bool = True
+    micro_batch_rows: int | None = None
+    sampler_logprobs: bool = False
+    importance_sampling_cap: float | None = None
+    # (final temperature, first step, last step) from rollout.final_temperature; None: constant
+    temperature_schedule: tuple[float, int, int] | None = None
+    # dynamic_sampling (dynamic_max_extra None: off)
+    dynamic_max_extra: float | None = None
+    dynamic_replay: int = 0
+    dynamic_retry: int = 0
+    retry_reward: str = "correctness"
+    dynamic_upfront: bool = False
+    downsample_to: int | None = None
+    guide: Callable[[dict[str, Any]], str] | None = None
+    # (schedule, one prompt dataset per level, the reward that measures success)
+    curriculum: tuple[Curriculum, list[Any], str] | None = None
+    adaptive: AdaptiveWeights | None = None
+
+
 class GrpoTrainer(GRPOTrainer):
-    def __init__(
-        self,
-        *args: Any,
-        skip_zero_advantage: bool = True,
-        rollout_engine: str = "grpokit",
-        stop_texts: tuple[str, ...] = (),
-        rollout_copy: bool = True,
-        dynamic_max_extra: float | None = None,
-        dynamic_replay: int = 0,
-        dynamic_retry: int = 0,
-        retry_reward: str = "correctness",
-        dynamic_upfront: bool = False,
-        downsample_to: int | None = None,
-        guide: Callable[[dict[str, Any]], str] | None = None,
-        curriculum: tuple[Curriculum, list[Any], str] | None = None,
-        adaptive: AdaptiveWeights | None = None,
-        shared_prefix: bool = True,
-        micro_batch_rows: int | None = None,
-        sampler_logprobs: bool = False,
-        importance_sampling_cap: float | None = None,
-        temperature_schedule: tuple[float, int, int] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *args: Any, options: GrpoOptions | None = None, **kwargs: Any) -> None:
+        """TRL's GRPOTrainer(*args, **kwargs), with grpokit's additions as `options` (defaults: GrpoOptions())."""
+        options = GrpoOptions() if options is None else options
         super().__init__(*args, **kwargs)
         # (final temperature, first step, last step): grpo.temperature (args.temperature) up to the first step,
         # linear to the final one at the last, then constant; None: grpo.temperature throughout.
-        self.temperature_schedule = temperature_schedule
-        if temperature_schedule is not None:
+        self.temperature_schedule = options.temperature_schedule
+        if options.temperature_schedule is not None:
             self._check_temperature_reaches_the_loss()
         for model in (self.model, self.ref_model):  # short sequences on a CPU: grpokit.kernels.attention (else sdpa)
             if model is not None:
                 use_grouped_attention(base_model(model))
         fused_lora.install_on(self)
-        self.shared_prefix = shared_prefix and self._shared_prefix_allowed()
-        self.micro_batch_rows = micro_batch_rows if micro_batch_rows and self._micro_batches_allowed() else None
+        self.shared_prefix = options.shared_prefix and self._shared_prefix_allowed()
+        self.micro_batch_rows = (
+            options.micro_batch_rows if options.micro_batch_rows and self._micro_batches_allowed() else None
+        )
         self._recipe_micro_batch_rows = self.micro_batch_rows  # what a smaller size learned after an OOM replaced
         # The rows of the step being trained, and those to train again after the pass ran out of memory.
         self._pass_inputs: dict[str, Any] | None = None
@@ -103,18 +114,22 @@ class GrpoTrainer(GRPOTrainer):
         self._logged_before_pass: dict[str, int] = {}
         # Schedules (grpokit.stages.dynamic_sampling): dynamic sampling with at most this many extra batches' rollouts;
         # a curriculum with one prompt dataset per level and the reward that measures success; weights.
-        self.dynamic_max_extra = dynamic_max_extra
+        self.dynamic_max_extra = options.dynamic_max_extra
         # Informative prompts drawn again in later steps' extra rollouts (4 batches' worth kept, newest first).
         groups = self.args.per_device_train_batch_size * self.args.steps_per_generation // self.num_generations
-        self.replay = Replay(dynamic_replay, 4 * groups) if dynamic_replay and dynamic_max_extra else None
+        self.replay = (
+            Replay(options.dynamic_replay, 4 * groups) if options.dynamic_replay and options.dynamic_max_extra else None
+        )
         # Failed prompts rolled out again within their step, at most this many times each.
-        self.retry = dynamic_retry if dynamic_max_extra else 0
-        self.retry_reward = retry_reward  # what retry calls success (the curriculum's is self.success_reward)
+        self.retry = options.dynamic_retry if options.dynamic_max_extra else 0
+        self.retry_reward = options.retry_reward  # what retry calls success (the curriculum's is self.success_reward)
         # The first extra round drawn with the batch's own groups, in one rollout (not with replay).
-        self.upfront = bool(dynamic_upfront and dynamic_max_extra and self.replay is None)
+        self.upfront = bool(options.dynamic_upfront and options.dynamic_max_extra and self.replay is None)
         self._row_success: torch.Tensor | None = None  # the last scored batch's success reward per row
         # PODS's down-sampling: each group's rows whose rewards vary most train, this many of num_generations.
-        self.downsample_to = downsample_to if downsample_to and downsample_to < self.num_generations else None
+        self.downsample_to = (
+            options.downsample_to if options.downsample_to and options.downsample_to < self.num_generations else None
+        )
         if self.downsample_to and self.accelerator.num_processes > 1:
             raise ValueError("dynamic_sampling.downsample_to runs in one process; leave it out to train on several")
         self._row_rewards: torch.Tensor | None = None  # the last scored batch's summed reward per row
@@ -123,14 +138,14 @@ class GrpoTrainer(GRPOTrainer):
         # `entropy`; TRL's, over the rows the training pass trains, moves to `entropy/trained` (`_compute_loss`).
         self._sampled_entropy: dict[str, float] | None = None
         self._entropy_of_sampled_rows = False
-        self.curriculum, self.level_data, self.success_reward = curriculum or (None, [], "")
-        self.adaptive = adaptive
+        self.curriculum, self.level_data, self.success_reward = options.curriculum or (None, [], "")
+        self.adaptive = options.adaptive
         if self.ref_model is not None:
             # TRL reloads a full fine-tune's reference from the checkpoint it came from; after an earlier
             # stage (a cold start, a format stage) that is a model that never wrote the tags. The KL term
             # holds a stage near the policy it started from. (LoRA: TRL copies the adapter as "ref".)
             SyncRefModelCallback.sync_target_model(self.model, self.ref_model, alpha=1.0)
-        self.rollout_engine, self.stop_texts = rollout_engine, tuple(stop_texts)
+        self.rollout_engine, self.stop_texts = options.rollout_engine, tuple(options.stop_texts)
         # A row that ends on a stop text has no EOS, which TRL would read as truncated: grpokit decides.
         self.mask_truncated_rows, self.mask_truncated_completions = self.mask_truncated_completions, False
         self.rollout_fallback = self._rollout_fallback()
@@ -139,24 +154,24 @@ class GrpoTrainer(GRPOTrainer):
             log.warning("rollouts on TRL's generation%s: grpokit's sampler %s", lost, self.rollout_fallback)
         # A failed prompt's last retry: one row of its group is the demonstration `guide(row)` writes, in place
         # of a draw of grpokit's sampler (so not on TRL's or vLLM's generation).
-        if guide is not None and self.retry and self.rollout_fallback:
+        if options.guide is not None and self.retry and self.rollout_fallback:
             log.warning("dynamic_sampling.guide ignored: the demonstration replaces a draw of grpokit's sampler")
-        self.guide = guide if self.retry and not self.rollout_fallback else None
+        self.guide = options.guide if self.retry and not self.rollout_fallback else None
         self._guided: dict[int, list[int]] = {}  # row of the batch being rolled out -> its demonstration's ids
         self._ahead: _DrawnAhead | None = None  # rows rolled out together, handed out as each part is scored
-        self.rollout_copy = RolloutCopy(self._rollout_dtype()) if rollout_copy else None
-        self.sampler_logprobs = sampler_logprobs and self._sampler_logprobs_allowed()
+        self.rollout_copy = RolloutCopy(self._rollout_dtype()) if options.rollout_copy else None
+        self.sampler_logprobs = options.sampler_logprobs and self._sampler_logprobs_allowed()
         # Truncated importance sampling (train_pass.importance_sampling_cap): each completion token's gradient
         # weighted by min(pi / pi_sampler, cap), detached (`_against_the_sampler`); None: unweighted.
-        self.importance_sampling_cap = importance_sampling_cap
-        if importance_sampling_cap is not None:
-            self._check_importance_sampling(importance_sampling_cap)
+        self.importance_sampling_cap = options.importance_sampling_cap
+        if options.importance_sampling_cap is not None:
+            self._check_importance_sampling(options.importance_sampling_cap)
         self._loss_inputs: dict[str, Any] | None = None  # the batch of the loss call under way, read once
         self._mismatch: dict[str, torch.Tensor] | None = None  # sums over the loss calls of one compute_loss
         self.record_prompts = False  # train.RankProbe turns it on (diagnostics for several processes)
         self.prompts_seen: list[str] = []
-        self.skip_zero_advantage = skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
-        if skip_zero_advantage and not self.skip_zero_advantage:
+        self.skip_zero_advantage = options.skip_zero_advantage and skipping_is_exact(self.args, self.aux_loss_enabled)
+        if options.skip_zero_advantage and not self.skip_zero_advantage:
             log.info(
                 "training on every completion: skipping zero-advantage rows is exact only with beta=0, no entropy "
                 "bonus, top_entropy_quantile=1, no router auxiliary loss, steps_per_generation=1 and loss_type in %s",
@@ -287,8 +302,8 @@ class GrpoTrainer(GRPOTrainer):
 
     def _against_the_sampler(self, logps: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
         """The policy's per-token log-probabilities [B, C] of one loss call, measured against the sampler's
-        (`sampling_per_token_logps`: grpokit's sampler, a bf16 merged copy of the policy where it measured
-        faster) and, with `importance_sampling_cap`, weighted by it.
+        (`sampling_per_token_logps`: grpokit's sampler, possibly on a bf16 merged copy of the policy) and,
+        with `importance_sampling_cap`, weighted by it.
 
         The policy at rollout is TRL's `old_per_token_logps` where TRL computed them (a batch reused), else
         the log-probabilities just computed (the same weights). Tokens the sampler did not draw (a guide's
@@ -408,7 +423,7 @@ class GrpoTrainer(GRPOTrainer):
             )
         advice.append(
             "- `grpo.gradient_checkpointing: true`: activations recomputed in the backward (TRL's pass, without "
-            "grpokit's shared prefix; on an H200 1.2x the time of the pass without it, bench/RESULTS.md v0.20)."
+            "grpokit's shared prefix): less memory for somewhat more time."
         )
         advice.append(
             "- fewer rows or tokens: `grpo.per_device_train_batch_size` with `grpo.gradient_accumulation_steps`, "
@@ -505,7 +520,7 @@ class GrpoTrainer(GRPOTrainer):
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
             model, autocast = self._sampling_model(unwrapped_model)
-            # The training pass's precision for the rollout's matmuls too (bf16 where it measured faster).
+            # The training pass's precision for the rollout's matmuls too (bf16 when grpo.bf16 is on).
             with torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16, enabled=autocast):
                 return sample(
                     model,
@@ -845,122 +860,10 @@ class GrpoTrainer(GRPOTrainer):
         row_success: torch.Tensor | None,
         drawn: tuple[list[dict[str, Any]], dict[str, Any], torch.Tensor | None] | None = None,
     ) -> dict[str, Any]:
-        """The batch refilled with informative groups (grpokit.stages.dynamic_sampling.fill_batch). `row_success`: the
+        """The batch refilled with informative groups (`dynamic_sampling.DynamicSampling`). `row_success`: the
         batch's success reward per row (for retry); `drawn`: the first extra round's rows, scored batch and
         success, already rolled out with the batch (upfront)."""
-        group, kept = self.num_generations, self._group_rows  # rows drawn per prompt; rows per scored group
-        data = self._prompt_data()
-        size = batch["advantages"].numel() // kept
-        rounds = iter(range(1, 1_000_000))
-        found: list[tuple[dict[str, Any], int]] = []  # this step's informative prompts, queued at its end
-        failed: list[tuple[dict[str, Any], int]] = []  # this step's failed prompts, times rolled out again
-        counts = {"replayed": 0, "replayed_useful": 0, "retried": 0, "retried_useful": 0, "guided": 0}
-        ready = [drawn] if drawn is not None else []
-        # New prompts' groups a step may draw. Upfront, they were all drawn with the batch, and retries have
-        # an allowance of their own: one batch's worth of groups.
-        budget = round(self.dynamic_max_extra * size)
-        new = {"left": budget}
-        allowance = size if self.upfront and self.retry else 0
-
-        def note(rows: list[dict[str, Any]], tries: list[int], retries: list[int], scored: dict[str, Any]) -> int:
-            """Queue the informative prompts for replay and the failed ones for a retry; the informative count.
-            Reads the success of the batch scored last: call it right after scoring `scored`."""
-            return queue(rows, tries, retries, scored, self._row_success)
-
-        def queue(rows, tries, retries, scored, success: torch.Tensor | None) -> int:
-            if self.replay is None and not self.retry:  # nothing to queue or count
-                return 0
-            useful = informative_groups(batch_rewards(scored), kept).tolist()
-            if self.replay is not None:
-                found.extend((row, t) for row, t, u in zip(rows, tries, useful, strict=True) if u)
-            if self.retry and success is not None:
-                lost = failing_groups(batch_rewards(scored), success, kept).tolist()
-                failed.extend((row, r) for row, r, f in zip(rows, retries, lost, strict=True) if f and r < self.retry)
-            return sum(useful)
-
-        def retries(taken: list[tuple[dict[str, Any], int]]) -> tuple[list[dict[str, Any]], Callable]:
-            """Failed prompts' groups rolled out again, and how they are scored (logged under retry/)."""
-            prompts = [row for row, _ in taken]
-
-            def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
-                if self.guide is not None:  # each group's first row, on the prompt's last retry
-                    last = [i for i, (_, r) in enumerate(taken) if r + 1 == self.retry]
-                    self._guided = {i * group: self._demonstration_ids(prompts[i]) for i in last}
-                    counts["guided"] += len(last)
-                try:
-                    scored = self._score_aside(rows, "retry/")
-                finally:
-                    self._guided = {}
-                counts["retried"] += len(prompts)
-                counts["retried_useful"] += note(prompts, [0] * len(prompts), [r + 1 for _, r in taken], scored)
-                return scored
-
-            return [dict(row) for row in prompts for _ in range(group)], score
-
-        def new_prompts(groups: int) -> tuple[list[dict[str, Any]], Callable]:
-            """`groups` new prompts' groups (the round's own seed), and how they are scored."""
-            seed = f"dynamic:{self.args.seed}:{self.state.global_step}:{next(rounds)}"
-            new["left"] -= groups
-
-            def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
-                scored = self._score(rows)
-                note(rows[::group], [0] * groups, [0] * groups, scored)
-                return scored
-
-            return extra_prompt_rows(data, groups, group, seed), score
-
-        def more(groups: int, wanted: int) -> list[dict[str, Any]]:
-            if ready:  # upfront: the first round (its seed) was rolled out with the batch
-                next(rounds)
-                rows, scored, success = ready.pop()
-                new["left"] -= len(rows) // group
-                queue(rows[::group], [0] * (len(rows) // group), [0] * (len(rows) // group), scored, success)
-                return [scored]
-            if failed:  # this step's failed prompts first: more tries where the policy has not found the answer
-                taken, failed[:] = failed[:groups], failed[groups:]
-                parts = [retries(taken)]
-                # Room in the round that the retries alone cannot fill, and none of them comes back: the new
-                # prompts the next round would draw are rolled out with them, one decode instead of two.
-                room = min(groups - len(taken), new["left"])
-                if (
-                    room
-                    and len(taken) < wanted
-                    and all(r + 1 == self.retry for _, r in taken)
-                    and not (self.replay is not None and len(self.replay))
-                ):
-                    parts.append(new_prompts(room))
-                return self._score_together(parts)
-            if self.replay is not None and len(self.replay):
-                taken = self.replay.take(groups)
-                rows = [row for row, _ in taken]
-                scored = self._score_aside([dict(row) for row in rows for _ in range(group)], "replay/")
-                counts["replayed"] += len(rows)
-                counts["replayed_useful"] += note(rows, [t for _, t in taken], [0] * len(rows), scored)
-                return [scored]
-            if new["left"] < 1:  # upfront: what remains is the retries' allowance
-                return []
-            rows, score = new_prompts(min(groups, new["left"]))
-            return [score(rows)]
-
-        first = list(inputs[::group])
-        queue(first, [0] * len(first), [0] * len(first), batch, row_success)
-        batch, stats = fill_batch(batch, more, kept, budget + allowance, self._tokenizer.pad_token_id, rows_drawn=group)
-        if ready:  # upfront, and the batch's own groups all differed: the extra round was drawn for nothing
-            stats["dynamic/extra_rollouts"] += float(ready[0][1]["advantages"].numel() // kept * group)
-        if self.replay is not None:
-            self.replay.push(found)
-            stats["dynamic/replayed"] = float(counts["replayed"])
-            if counts["replayed"]:
-                stats["dynamic/replayed_informative_frac"] = counts["replayed_useful"] / counts["replayed"]
-        if self.retry:
-            stats["dynamic/retried"] = float(counts["retried"])
-            if counts["retried"]:
-                stats["dynamic/retried_informative_frac"] = counts["retried_useful"] / counts["retried"]
-        if self.guide is not None:
-            stats["dynamic/guided"] = float(counts["guided"])
-        for key, value in stats.items():
-            self._metrics["train"][key].append(value)
-        return batch
+        return DynamicSampling(self, inputs, batch, row_success, drawn).fill()
 
     def _eos_ids(self) -> list[int]:
         """The ids that end a rollout: the generation config's, else TRL's."""
