@@ -105,6 +105,21 @@ def find_cycle(graph: dict[str, set[str]], within: set[str] | None = None) -> li
     return None
 
 
+def _block_comment_above(lines: list[str], index: int) -> bool:
+    """Whether the block of imports holding line `index` (0-based) opens with a comment: one reason may
+    cover several imports together (and a `matplotlib.use(...)` between them)."""
+    for line in reversed(lines[:index]):
+        text = line.strip()
+        if text.startswith("#"):
+            return True
+        if not text or text.startswith(("import ", "from ")) or text.startswith("matplotlib.use("):
+            if "#" in text:
+                return True
+            continue
+        return False
+    return False
+
+
 def uncommented_inner_imports(known: dict[str, Path]) -> list[str]:
     """`file:line: import` for each import inside a function or method with no comment on the line above
     or on its own line: an import placed there must say why (an optional dependency, a slow import)."""
@@ -118,9 +133,8 @@ def uncommented_inner_imports(known: dict[str, Path]) -> list[str]:
             for node in ast.walk(function):
                 if not isinstance(node, ast.Import | ast.ImportFrom):
                     continue
-                above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
                 same = " ".join(lines[node.lineno - 1 : node.end_lineno])
-                if not above.startswith("#") and "#" not in same:
+                if "#" not in same and not _block_comment_above(lines, node.lineno - 1):
                     where = f"{path.relative_to(SRC)}:{node.lineno}"
                     offenders.append(f"{where}: {ast.unparse(node)}")
     return sorted(set(offenders))
