@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import grpokit.rewards.adapter
+
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
@@ -142,3 +144,10 @@ def headless_chromium():
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+@pytest.fixture(autouse=True)
+def no_call_overrunning_from_other_tests(monkeypatch):
+    """Calls other tests abandoned (rewards that sleep a minute) may still be running, and a timeout while
+    one runs is laid on the machinery, not the completion: every test starts with none, whatever ran before."""
+    monkeypatch.setattr(grpokit.rewards.adapter, "_overrunning", set())

@@ -61,8 +61,8 @@ def test_an_uncached_hub_model_fails_fast_and_plainly(no_hub):
 def test_a_cached_hub_model_loads_without_the_network(no_hub, tiny_model_dir):
     snapshot = no_hub / "hub" / "models--grpokit-tests--tiny" / "snapshots" / ("0" * 40)
     shutil.copytree(tiny_model_dir, snapshot)
-    (snapshot.parents[2] / "refs").mkdir()
-    (snapshot.parents[2] / "refs" / "main").write_text("0" * 40)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
     started = time.perf_counter()
     model, tokenizer = load_model("grpokit-tests/tiny")
     assert model.config.num_hidden_layers == 2

@@ -22,7 +22,7 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(p.parents[2])))
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_every_shipped_recipe_loads_and_validates(path):
     recipe = load_recipe(path)
     assert recipe.rewards
@@ -31,7 +31,7 @@ def test_every_shipped_recipe_loads_and_validates(path):
     assert "Run:" in path.read_text(encoding="utf-8") or "grpokit train" in path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("path", LAUNCH_CONFIGS, ids=lambda p: str(p.relative_to(p.parents[2])))
+@pytest.mark.parametrize("path", LAUNCH_CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_every_launch_config_loads_in_accelerate(path):
     from accelerate.commands.config.config_args import ClusterConfig
 

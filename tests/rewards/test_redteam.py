@@ -125,7 +125,7 @@ RECIPES = sorted(
 )
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=[str(p.relative_to(p.parents[2])) for p in RECIPES])
+@pytest.mark.parametrize("recipe", RECIPES, ids=[str(p.relative_to(p.parents[1])) for p in RECIPES])
 def test_rewards_check_passes_on_every_shipped_recipe(recipe, capsys, monkeypatch):
     """`grpokit rewards check` on each recipe whose data this offline machine can build."""
     from grpokit.recipe.load import load_recipe

@@ -13,15 +13,6 @@ from grpokit.rewards import to_trl
 from tests.conftest import tiny_recipe
 
 
-@pytest.fixture(autouse=True)
-def no_call_overrunning_from_other_tests(monkeypatch):
-    """Calls other tests abandoned (rewards that sleep a minute) would still be running here, and a timeout
-    while one runs is laid on the machinery, not the completion: each test here starts with none."""
-    import grpokit.rewards.adapter
-
-    monkeypatch.setattr(grpokit.rewards.adapter, "_overrunning", set())
-
-
 def settled(before, seconds=10.0):
     """The threads alive now, once those started since `before` had `seconds` to end."""
     end = time.monotonic() + seconds
