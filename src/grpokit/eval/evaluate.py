@@ -16,7 +16,7 @@ from grpokit.models.load import load_trained
 from grpokit.rewards import DEFAULT_TIMEOUT_S
 from grpokit.rewards.guarded import Guarded
 from grpokit.sandbox.client import configure as configure_sandbox
-from grpokit.tasks import build_task
+from grpokit.tasks import task_of
 from grpokit.tasks.base import Example, Task, render_prompt, think_prefilled, tokenize_prompts
 from grpokit.tasks.parsing import Tags, extract_answer, is_strict_format, normalize_completion
 
@@ -292,7 +292,7 @@ def main(recipe: Any, model_name: str | None = None) -> EvalResult:
     model, tokenizer = load_trained(
         model_name or recipe.model.name, recipe.model.name, recipe.model.dtype, recipe.model.revision
     )
-    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+    task = task_of(recipe)
     return evaluate_recipe(model, tokenizer, task, task.dataset("test", recipe.eval.n), recipe)
 
 

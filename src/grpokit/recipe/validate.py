@@ -9,7 +9,7 @@ from grpokit.recipe.trl_args import build_grpo_config, check_grpo_values
 from grpokit.rewards import REWARDS, make_reward
 from grpokit.sandbox import client as sandbox
 from grpokit.sandbox import confine
-from grpokit.tasks import build_task, task_of
+from grpokit.tasks import task_of
 
 
 def validate_recipe(recipe: Recipe) -> None:
@@ -58,7 +58,7 @@ def _validate_task_and_rewards(recipe: Recipe, kind: str) -> None:
     task = task_of(recipe)
     for suite in recipe.eval.suites:
         try:
-            build_task(recipe.task.name, {**recipe.task.params, **suite.params}, recipe.task.tags)
+            task_of(recipe, suite.params)
         except RecipeError as err:
             raise RecipeError(f"eval.suites {suite.name!r}: {err}") from err
     missing = confine.missing_here() if task.uses_sandbox and not recipe.sandbox.allow_unconfined else []
@@ -86,7 +86,7 @@ def _validate_task_and_rewards(recipe: Recipe, kind: str) -> None:
     names = [spec.name for spec in recipe.rewards]
     if curriculum.param is not None:
         for value in curriculum.levels:
-            build_task(recipe.task.name, {**recipe.task.params, curriculum.param: value}, recipe.task.tags)
+            task_of(recipe, {curriculum.param: value})
         if curriculum.reward not in names:
             raise RecipeError(f"curriculum.reward={curriculum.reward!r} is not one of the stage's rewards")
     if sampling.retry and sampling.success_reward not in names:

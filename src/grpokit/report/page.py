@@ -25,7 +25,8 @@ from grpokit.report import plots
 from grpokit.rewards import make_reward
 from grpokit.rewards.guarded import Guarded
 from grpokit.runs import records as runs
-from grpokit.tasks import build_task
+from grpokit.sandbox.client import configure as configure_sandbox
+from grpokit.tasks import task_of
 from grpokit.tasks.parsing import normalize_completion
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,8 @@ def _scorers(run_dir: Path) -> list[Guarded]:
     """The run's rewards, rebuilt from its recipe.yaml with their timeouts; none if they cannot be rebuilt."""
     try:
         recipe = load_recipe(run_dir / "recipe.yaml")
-        task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+        configure_sandbox(recipe.sandbox)  # the run's sandbox: section, for the rescoring below
+        task = task_of(recipe)
         prefilled = recipe.task.prefill_think  # saved completions start after the prompt's thought tag
         out = []
         for spec in recipe.rewards:

@@ -21,7 +21,7 @@ from grpokit.stages.dynamic_sampling import AdaptiveWeights, Curriculum
 from grpokit.stages.health import HealthMonitor
 from grpokit.stages.sft import opened_by_prompt
 from grpokit.stages.trainer import GrpoOptions, GrpoTrainer
-from grpokit.tasks import build_task
+from grpokit.tasks import task_of
 from grpokit.tasks.base import Task, render_prompt, think_prefilled
 
 
@@ -37,7 +37,7 @@ def build_trainer(
     callbacks: Sequence[Any] = (),
 ) -> Any:
     """The stage's GrpoTrainer, writing checkpoints to `run_dir/<stage>`."""
-    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+    task = task_of(recipe)
     train_data = build_train_dataset(task, tokenizer, recipe)
     prefilled = think_prefilled(train_data[0]["prompt"], task.tags)
     rewards = [
@@ -129,7 +129,7 @@ def _level_data(recipe: Recipe, tokenizer: Any, level: int) -> Any:
     """GRPO prompts of the task with the curriculum's parameter at `level`."""
     cfg = recipe.curriculum
     params = {**recipe.task.params, cfg.param: cfg.levels[level]}
-    task = build_task(recipe.task.name, params, recipe.task.tags)
+    task = task_of(recipe, params)
     return build_train_dataset(
         task, tokenizer, dataclasses.replace(recipe, task=dataclasses.replace(recipe.task, params=params))
     )

@@ -59,7 +59,7 @@ from grpokit.stages import console, launch, sft
 from grpokit.stages.callbacks import MetricsLog, PeriodicEval, TimeBudget
 from grpokit.stages.grpo import build_train_dataset as build_train_dataset  # re-exported: tests, benchmarks
 from grpokit.stages.grpo import build_trainer
-from grpokit.tasks import build_task
+from grpokit.tasks import task_of
 from grpokit.tasks.base import Example, Task
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
     main_rank = launch.is_main()
     plan = plan_run(recipe)
     # Bad data fails before the run directory is made and before the model loads.
-    task = build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+    task = task_of(recipe)
     held = held_out(task, recipe, plan)
     memory.follow_recipe(recipe.train_pass)
     if resume:
@@ -234,7 +234,7 @@ def run_stage(
             first_example=first_example,
         )
         if seen.eval.every and launch.is_main():
-            task = sft.task_of(seen)
+            task = task_of(seen)
             periodic = PeriodicEval(trainer, tokenizer, task, watched[: seen.eval.every_n], seen, run_dir, stage.name)
             trainer.add_callback(periodic.callback())
     else:
@@ -498,7 +498,7 @@ def held_out(task: Task, recipe: Recipe, plan: list[PlannedStage] | None = None)
         raise RecipeError(f"task {recipe.task.name!r}: {err}") from err
     suites = {}
     for suite in recipe.eval.suites:
-        suite_task = build_task(recipe.task.name, {**recipe.task.params, **suite.params}, recipe.task.tags)
+        suite_task = task_of(recipe, suite.params)
         try:
             suites[suite.name] = (suite_task, suite_task.dataset("test", suite.n or recipe.eval.n))
         except ValueError as err:

@@ -24,7 +24,7 @@ from grpokit.kernels.precision import trainer_precision
 from grpokit.recipe.schema import Recipe
 from grpokit.recipe.trl_args import default_report_to
 from grpokit.runs.checkpoints import mark_complete
-from grpokit.tasks import build_task
+from grpokit.tasks import task_of
 from grpokit.tasks.base import Task, render_prompt, think_prefilled, tokenize_prompts
 from grpokit.tasks.parsing import THINK_TAGS, Tags
 
@@ -146,7 +146,3 @@ def compact_lm_head() -> Iterator[None]:
         yield
     finally:
         trl_utils._use_triton = triton
-
-
-def task_of(recipe: Recipe) -> Task:
-    return build_task(recipe.task.name, recipe.task.params, recipe.task.tags)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from grpokit.recipe.schema import Recipe
 from grpokit.tasks import arithmetic, countdown, custom, gym, math_problems
 from grpokit.tasks.base import Task
@@ -23,6 +25,7 @@ __all__ = [
 ]
 
 
-def task_of(recipe: Recipe) -> Task:
-    """The recipe's task: `task.name` with `task.params`, reading and writing completions in `task.tags`."""
-    return build_task(recipe.task.name, recipe.task.params, recipe.task.tags)
+def task_of(recipe: Recipe, params: dict[str, Any] | None = None) -> Task:
+    """The recipe's task: `task.name` with `task.params` (and `params` laid over them: a suite, a curriculum
+    level), reading and writing completions in `task.tags`."""
+    return build_task(recipe.task.name, {**recipe.task.params, **(params or {})}, recipe.task.tags)
