@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trl
 
 import grpokit
@@ -15,12 +16,25 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_public_names_import_from_grpokit_without_torch():
     code = (
         "import sys, grpokit\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('grpokit.'))\n"
         "missing = [n for n in grpokit.__all__ if not hasattr(grpokit, n)]\n"
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules]\n"
-        "print(missing, heavy)"
+        "print(loaded, missing, heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[] []"
+    # `import grpokit` alone loads none of its modules (the sandbox worker imports grpokit.sandbox.worker)
+    assert out.strip() == "[] [] []"
+
+
+def test_every_public_name_is_the_defining_modules_object():
+    from grpokit.rewards import make_reward
+    from grpokit.tasks import build_task
+
+    assert grpokit.make_reward is make_reward and grpokit.build_task is build_task
+    assert set(grpokit.__all__) == {*grpokit._EXPORTS, "__version__", "train"}
+    assert set(grpokit.__all__) <= set(dir(grpokit))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        grpokit.nothing  # noqa: B018
 
 
 def test_train_refuses_overrides_with_a_loaded_recipe(tmp_path):

@@ -7,9 +7,11 @@ import dataclasses
 import errno
 import importlib.metadata
 import os
+import platform
 import sys
 from pathlib import Path
 
+from grpokit import __version__, shipped
 from grpokit.errors import DiskFullError, RecipeError, TrainingInterrupted
 from grpokit.eval import chat, evaluate
 from grpokit.models import export
@@ -19,7 +21,7 @@ from grpokit.report import compare
 from grpokit.report import page as report
 from grpokit.rewards import REWARDS, redteam
 from grpokit.runs import records as runs
-from grpokit.runs.records import latest_resumable_run
+from grpokit.runs.records import resolve_resume
 from grpokit.sandbox import confine
 from grpokit.sandbox.scorers import AUDITED_GYM_VERSION, gym_path
 from grpokit.stages import console, launch
@@ -33,6 +35,7 @@ SHOWN_MISTAKES = 5  # wrong answers `grpokit eval` prints (its --out file keeps 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpokit", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     talk = argparse.ArgumentParser(add_help=False)
     loud = talk.add_mutually_exclusive_group()
@@ -42,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     train = sub.add_parser("train", parents=[talk], help="train a recipe: eval before, cold start, GRPO, eval after")
-    train.add_argument("recipe")
+    train.add_argument("recipe", help="a recipe .yaml, or a shipped recipe's name (grpokit recipes lists them)")
     train.add_argument("overrides", nargs="*", help="key.sub=value, e.g. grpo.max_steps=10")
     train.add_argument(
         "--resume",
@@ -95,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("env", help="what this machine offers: CPUs, GPUs, versions, the embedded model, launch configs")
     sub.add_parser("tasks", help="list registered tasks and their parameters")
+    rc = sub.add_parser("recipes", help="list the shipped recipes; with a name, print it (to copy and edit)")
+    rc.add_argument("name", nargs="?", help="a shipped recipe, e.g. smollm2/arithmetic_grpo")
     rw = sub.add_parser("rewards", help="list registered rewards, or red-team a recipe's: rewards check RECIPE")
     rw.add_argument("action", nargs="?", choices=["list", "check"], default="list")
     rw.add_argument("recipe", nargs="?")
@@ -132,12 +137,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     # slow imports: torch, transformers, trl, only for the train command
     from grpokit.stages import pipeline as train
 
-    resume = args.resume
-    if resume == "latest":
-        base = Path(recipe.output.dir) / (recipe.output.name or "run")
-        resume = latest_resumable_run(base)
-        if resume is None:
-            raise RecipeError(f"nothing to resume: no run under {base} has a complete checkpoint")
+    resume = resolve_resume(recipe, args.resume)
     processes = args.processes or recipe.launch.processes
     if (processes > 1 or recipe.launch.config) and launch.RUN_DIR_ENV not in os.environ:
         run_dir = Path(resume) if resume else train.make_run_dir(recipe)
@@ -322,6 +322,33 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recipes(args: argparse.Namespace) -> int:
+    if args.name:  # the file as shipped, comments included: grpokit recipes NAME > my_recipe.yaml
+        sys.stdout.write(shipped.find(args.name).read_text(encoding="utf-8"))
+        return 0
+    recipes = shipped.shipped()
+    width = max(len(recipe.name) for recipe in recipes)
+    for recipe in recipes:
+        print(f"{recipe.name:<{width}}  {recipe.summary}")
+    print(
+        f"\n{len(recipes)} recipes in {shipped.SHIPPED}. Train one by name (grpokit train {recipes[0].name}), "
+        "or copy one to edit: grpokit recipes NAME > my_recipe.yaml"
+    )
+    return 0
+
+
+def version_line() -> str:
+    """grpokit's version and the versions of the libraries it trains with, read from package metadata (no
+    imports: `grpokit --version` stays instant)."""
+    parts = []
+    for package in ("torch", "transformers", "trl", "peft"):
+        try:
+            parts.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            parts.append(f"{package} not installed")
+    return f"grpokit {__version__} ({', '.join(parts)}; python {platform.python_version()})"
+
+
 def _default(f: dataclasses.Field) -> object:
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -336,6 +363,7 @@ COMMANDS = {
     "report": cmd_report,
     "runs": cmd_runs,
     "tasks": cmd_tasks,
+    "recipes": cmd_recipes,
     "export": cmd_export,
     "chat": cmd_chat,
     "serve-rollouts": cmd_serve_rollouts,

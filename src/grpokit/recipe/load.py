@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from grpokit import shipped
 from grpokit.errors import RecipeError
 from grpokit.recipe.schema import Recipe, build_section
 from grpokit.recipe.stages import plan_stages, stage_recipe
@@ -29,10 +30,11 @@ _Loader.add_implicit_resolver(
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read, override (`key.sub=value`), and fully validate a recipe."""
+    """Read, override (`key.sub=value`), and fully validate a recipe: a YAML file, or the name of a shipped
+    one (`smollm2/arithmetic_grpo`, as `grpokit recipes` lists them)."""
     path = Path(path)
     if not path.is_file():
-        raise RecipeError(f"recipe file not found: {path}; see the recipes/ folder for examples")
+        path = shipped.find(str(path))
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     except UnicodeDecodeError as err:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpokit import shipped
 from grpokit.errors import RecipeError
 from grpokit.recipe.tags import THINK_TAGS, Tags
 from grpokit.registry import did_you_mean
@@ -433,7 +434,7 @@ class LaunchSection:
     def validate(self) -> None:
         if self.processes < 1:
             raise RecipeError(f"launch.processes={self.processes}; it must be >= 1")
-        if self.config is not None and not Path(self.config).is_file():
+        if self.config is not None and not shipped.locate(self.config).is_file():
             raise RecipeError(f"launch.config={self.config!r}: no such file (see recipes/accelerate/)")
 
 

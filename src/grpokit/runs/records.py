@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from grpokit.errors import TrainingInterrupted
+from grpokit.errors import RecipeError, TrainingInterrupted
 from grpokit.runs.checkpoints import resume_checkpoint
 
 STATUS_FILE = "status.json"
@@ -195,3 +195,15 @@ def latest_resumable_run(base: Path) -> Path | None:
     """The newest run directory under `base` that did not fail and can continue a stage from a complete
     checkpoint (`checkpoints.resume_checkpoint`), whichever stage that is."""
     return newest(base, lambda run: resume_checkpoint(run) is not None)
+
+
+def resolve_resume(recipe: Any, resume: str | Path | None) -> Path | None:
+    """`resume` as a run directory: "latest" is the recipe's newest resumable run (`latest_resumable_run`
+    under its output folder); RecipeError when there is none."""
+    if resume != "latest":
+        return Path(resume) if resume else None
+    base = Path(recipe.output.dir) / (recipe.output.name or "run")
+    found = latest_resumable_run(base)
+    if found is None:
+        raise RecipeError(f"nothing to resume: no run under {base} has a complete checkpoint")
+    return found

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from grpokit import shipped
 from grpokit.errors import RecipeError
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def command(train_args: list[str], processes: int, config: str | None = None) ->
     ['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', '--max_restarts']
     """
     if config:
+        config = str(shipped.locate(config))  # `recipes/accelerate/zero3.yaml` from any directory
         launcher = ["-m", "accelerate.commands.launch", "--config_file", config, "--num_processes", str(processes)]
         return [*launcher, "--module", "grpokit.cli", "train", *train_args]
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
@@ -147,9 +149,9 @@ def environment() -> list[str]:
         f"{EMBEDDED} model: " + (f"converted at {ready}" if ready else "not converted yet (first use does it)")
     )
     lines.append("launch configs:")
-    for path in sorted(Path("recipes").rglob("*.yaml")):
-        if path.parent.name == "accelerate" or path.name.startswith("accelerate"):
-            lines.append(f"  {path!s:<52} {_can_run(path, gpus)}")
+    for path in shipped.launch_configs():
+        name = f"recipes/{path.relative_to(shipped.SHIPPED)}"
+        lines.append(f"  {name:<52} {_can_run(path, gpus)}")
     return lines
 
 

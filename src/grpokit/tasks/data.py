@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpokit import shipped
 from grpokit.models import hub
 
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -25,7 +26,9 @@ def is_local_file(source: str) -> bool:
 
 
 def read_file(path: Path) -> list[Record]:
-    """Rows of one local file; errors name the file and the line or row."""
+    """Rows of one local file (a relative path not found here is looked for among the shipped data,
+    `grpokit.shipped.locate`); errors name the file and the line or row."""
+    path = shipped.locate(path)
     if not path.is_file():
         raise ValueError(f"dataset file not found: {path} (relative paths start at the current directory)")
     suffix = path.suffix.lower()
