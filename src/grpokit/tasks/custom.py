@@ -241,7 +241,7 @@ def read_question(where: str, row: dict[str, Any], column: str | None) -> str:
         hint += ", or give conversational rows (a messages or prompt column)"
     require_columns(where, row, (column,), hint)
     value = row[column]
-    if isinstance(value, str):
+    if isinstance(value, str) and column != "messages":
         return value.strip()
     users = [turn["content"] for turn in read_turns(where, column, value) if turn["role"] == "user"]
     if not users or not users[-1].strip():
@@ -259,11 +259,11 @@ def read_answer(where: str, row: dict[str, Any], column: str | None) -> tuple[st
         hint = "set task.params.answer_column"
     require_columns(where, row, (column,), hint)
     value = row[column]
-    if not isinstance(value, list):
-        if column not in REPLY_COLUMNS:
-            return str(value).strip(), None
-        value = [{"role": "assistant", "content": str(value)}]
-    return split_reply(where, column, reply_of(where, column, value))
+    if isinstance(value, list) or column == "messages":
+        return split_reply(where, column, reply_of(where, column, value))
+    if column == "completion":
+        return split_reply(where, column, str(value))
+    return str(value).strip(), None
 
 
 def read_turns(where: str, column: str, value: Any) -> list[dict[str, str]]:
