@@ -187,6 +187,10 @@ def test_an_sft_stage_without_solutions_is_refused_naming_the_fix(tmp_path):
         build_recipe(recipe_on(path, stages))
     assert build_recipe(recipe_on(path, stages, solution_column="solution")).stages[0].kind == "sft"
     assert build_recipe(recipe_on(path, stages, demonstrate_answers=True)).stages[0].kind == "sft"
+    # The demonstrations open with the thought tag, so they follow a prompt that prefills it (R1-zero style).
+    prefilled = recipe_on(path, stages, solution_column="solution")
+    prefilled["task"]["prefill_think"] = True
+    assert build_recipe(prefilled).task.prefill_think
     # Conversations where one reply lacks a worked solution: the message says which.
     chats = [
         {
