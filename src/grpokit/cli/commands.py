@@ -16,6 +16,7 @@ from grpokit import __version__, shipped
 from grpokit.errors import DiskFullError, RecipeError, TrainingInterrupted
 from grpokit.eval import chat, evaluate
 from grpokit.models import export, load
+from grpokit.recipe import draft
 from grpokit.recipe.load import apply_override, build_recipe, load_recipe
 from grpokit.recipe.schema import Recipe
 from grpokit.report import compare
@@ -28,6 +29,7 @@ from grpokit.sandbox.scorers import AUDITED_GYM_VERSION, gym_path
 from grpokit.stages import console, launch
 from grpokit.stages.console import printable
 from grpokit.tasks import TASKS
+from grpokit.tasks.custom import CHECKERS
 from grpokit.tasks.gym import available_datasets
 from grpokit.tasks.gym_audit import load_audit, summary
 
@@ -96,6 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--tensor-parallel", type=int, default=1, help="GPUs per model copy")
     sv.add_argument("--data-parallel", type=int, default=1, help="model copies")
     sv.add_argument("--dry-run", action="store_true", help="print the command only")
+
+    ini = sub.add_parser(
+        "init", help="write a ready recipe for your own question/answer data (a file, dataset folder or hub id)"
+    )
+    ini.add_argument("data", help="a .csv/.jsonl/.json/.parquet file, a dataset folder or a hub data set id")
+    ini.add_argument("--question-column", help="default: guessed (question, problem, prompt, input, ...)")
+    ini.add_argument("--answer-column", help="default: guessed (answer, target, output, label, ...)")
+    ini.add_argument("--solution-column", help="worked solutions, for the warm-up (default: guessed: solution, ...)")
+    ini.add_argument(
+        "--checker",
+        choices=CHECKERS,
+        help="how answers are compared (default: numeric if 90%% are numbers, else exact)",
+    )
+    ini.add_argument("--out", help="where to write the recipe (default: <data name>_grpo.yaml here)")
+    ini.add_argument("--force", action="store_true", help="overwrite --out if it exists")
 
     en = sub.add_parser(
         "env", help="what this machine offers: CPUs, GPUs, versions, the embedded model, launch configs"
@@ -251,6 +268,32 @@ def cmd_serve_rollouts(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    found = draft.draft(args.data, args.question_column, args.answer_column, args.solution_column, args.checker)
+    out = draft.write_recipe(found, Path(args.out) if args.out else draft.default_out(args.data), args.force)
+    named = {"question": args.question_column, "answer": args.answer_column, "solution": args.solution_column}
+    print(f"{args.data}: {found.rows} distinct questions; columns: {', '.join(map(str, found.columns))}")
+    for role, column, otherwise in (
+        ("question", found.question_column, "the conversation's last user turn"),
+        ("answer", found.answer_column, "the conversation's reply"),
+        ("solution", found.solution_column, "none"),
+    ):
+        print(f"  {role + ' column':<16} {column or otherwise}{'' if named[role] or not column else '  (guessed)'}")
+    numbers = f"{found.numeric_share:.0%} of the answers are numbers"
+    print(f"  {'checker':<16} {found.checker}{'' if args.checker else f'  (guessed: {numbers})'}")
+    splits = found.splits
+    print(f"  {'splits':<16} train {splits['train']}, validation {splits['validation']}, test {splits['test']}")
+    warmup = f"sft warm-up {found.sft_steps} steps, " if found.solutions else "no warm-up (no worked solutions), "
+    print(f"  {'stages':<16} {warmup}GRPO {found.grpo_steps} steps")
+    if not found.solutions:
+        print(
+            "\nWithout worked solutions the embedded model learns the tags slowly, if at all: add a solution column "
+            "(--solution-column), or set task.params.demonstrate_answers: true and add an sft stage."
+        )
+    print(f"\nrecipe: {out}\ntrain:  grpokit train {out}")
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     if args.install_embedded:
         return install_embedded()
@@ -393,6 +436,7 @@ COMMANDS = {
     "export": cmd_export,
     "chat": cmd_chat,
     "serve-rollouts": cmd_serve_rollouts,
+    "init": cmd_init,
     "env": cmd_env,
     "rewards": cmd_rewards,
 }

@@ -70,10 +70,15 @@ def _validate_task_and_rewards(recipe: Recipe, kind: str) -> None:
     _validate_prefill(recipe)
     # A task's first demonstration, read only where one is needed (None: the task writes none).
     wants = kind == "sft" or recipe.dynamic_sampling.guide
-    demonstration = task.demonstration(task.example("train", 0)) if wants else None
+    try:  # a task that reads its data on first use (a hub data set) reads it here
+        demonstration = task.demonstration(task.example("train", 0)) if wants else None
+    except ValueError as err:
+        raise RecipeError(f"task {task.name!r}: {err}") from err
+    hint = task.demonstration_hint() if wants and demonstration is None else ""
+    hint = f"; {hint}" if hint else ""
     if kind == "sft":
         if demonstration is None:
-            raise RecipeError(f"task {task.name!r} cannot write demonstrations, so it has no sft stage")
+            raise RecipeError(f"task {task.name!r} cannot write demonstrations, so it has no sft stage{hint}")
         if recipe.task.prefill_think and not demonstration.lstrip().startswith(recipe.task.tags.think_open):
             raise RecipeError(
                 f"task.prefill_think: task {task.name!r} writes demonstrations that do not open with "
@@ -95,7 +100,9 @@ def _validate_task_and_rewards(recipe: Recipe, kind: str) -> None:
             f"({', '.join(names)}); name the one that says a completion is right"
         )
     if sampling.guide and demonstration is None:
-        raise RecipeError(f"dynamic_sampling.guide: task {task.name!r} cannot write demonstrations; set guide: false")
+        raise RecipeError(
+            f"dynamic_sampling.guide: task {task.name!r} cannot write demonstrations; set guide: false{hint}"
+        )
     if sampling.guide and recipe.train_pass.sampler_logprobs:
         raise RecipeError(
             "dynamic_sampling.guide: a demonstration row has no sampler log-probabilities; set "

@@ -71,6 +71,11 @@ class Task:
         """A worked completion in the target format, for the cold-start stage; None if unavailable."""
         return None
 
+    def demonstration_hint(self) -> str:
+        """How a user makes a task that wrote no demonstration write them ("" when nothing can), for the error
+        that refuses its sft stage."""
+        return ""
+
     def notes(self) -> list[str]:
         """Things a user should know about the data, e.g. rows skipped for an unreadable gold answer."""
         return []

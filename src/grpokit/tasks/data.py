@@ -80,12 +80,16 @@ def _read_parquet(path: Path) -> list[Record]:
 
 
 def load_split(source: str, split: str, subset: str | None = None) -> list[Record]:
-    """One split of a hub dataset id or a local dataset folder, through `datasets.load_dataset`."""
+    """One split of a hub dataset id or a local dataset folder, through `datasets.load_dataset`
+    (a folder that `save_to_disk` wrote: `datasets.load_from_disk`)."""
     # slow import: datasets loads pyarrow and fsspec, for hub data only
     import datasets
 
+    folder = Path(source).expanduser()
+    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
+        return _load_saved(folder, split)
     cache_only = False
-    if not Path(source).expanduser().exists():  # a hub id: cached, reachable, or a plain error now
+    if not folder.exists():  # a hub id: cached, reachable, or a plain error now
         try:
             cache_only = hub.check_dataset(source)
         except hub.HubUnreachable as err:
@@ -103,6 +107,29 @@ def load_split(source: str, split: str, subset: str | None = None) -> list[Recor
     rows = [(f"{split} row {n}", dict(r)) for n, r in enumerate(data)]
     if not rows:
         raise ValueError(f"split {split!r} of dataset {source!r} has no rows")
+    return rows
+
+
+def _load_saved(folder: Path, split: str) -> list[Record]:
+    """One split of a folder `Dataset.save_to_disk` or `DatasetDict.save_to_disk` wrote (which
+    `datasets.load_dataset` refuses); a single data set is its own only split."""
+    # slow import: datasets, for dataset folders only
+    import datasets
+
+    try:
+        data = datasets.load_from_disk(str(folder))
+    except Exception as err:  # a damaged or foreign folder: several error types
+        raise ValueError(f"{folder} is not a readable saved data set: {type(err).__name__}: {str(err)[:300]}") from err
+    if isinstance(data, datasets.DatasetDict):
+        if split not in data:
+            raise ValueError(f"{folder} has no split {split!r} (it has: {', '.join(data)}); set the split")
+        data = data[split]
+        where = f"{split} row"
+    else:
+        where = "row"
+    rows = [(f"{where} {n}", dict(r)) for n, r in enumerate(data)]
+    if not rows:
+        raise ValueError(f"{folder} has no rows")
     return rows
 
 
