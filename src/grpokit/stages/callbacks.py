@@ -108,7 +108,10 @@ class PeriodicEval:
                 step = state.global_step
                 stopping = control.should_training_stop or step >= state.max_steps
                 if step % outer.recipe.eval.every == 0 and not stopping:
+                    # trainer.log() clears should_log, which would drop the step's own log (its loss) after it.
+                    logging = control.should_log
                     outer.run(step)
+                    control.should_log = logging
 
         return _Callback()
 
@@ -252,6 +255,8 @@ def finish_wandb(outer: Any) -> None:
     wandb = sys.modules.get("wandb")
     if wandb is not None and wandb.run is not None and wandb.run is not outer:
         wandb.finish()
+        if outer is None:  # finish() returns before W&B's service has written the run out; teardown waits for it
+            wandb.teardown()
 
 
 class MetricsLog:
