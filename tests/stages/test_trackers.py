@@ -61,14 +61,14 @@ def test_tensorboard_holds_trl_losses_and_grpokit_metrics(tiny_model_dir, tmp_pa
     assert [value for _, value in scalars["test/format_rate"]] == pytest.approx([row["format_rate"] for row in stages])
 
 
-def wandb_history(path: Path) -> list[dict[str, Any]]:
-    """The history rows of an offline W&B run's .wandb file: leveldb's log format (a 7-byte file header, then
-    32 KiB blocks of records, each a 7-byte header (crc32, length, type) and its piece of a protobuf Record)."""
+def wandb_records(path: Path) -> list[Any]:
+    """The protobuf Records of an offline W&B run's .wandb file: leveldb's log format (a 7-byte file header, then
+    32 KiB blocks of records, each a 7-byte header (crc32, length, type) and its piece of a Record)."""
     from wandb.proto import wandb_internal_pb2
 
     data = path.read_bytes()
     assert data[:4] == b":W&B", f"{path} is not a .wandb file"
-    block, index, pending, rows = 32768, 7, b"", []
+    block, index, pending, records = 32768, 7, b"", []
     while index + 7 <= len(data):
         left = block - index % block
         if left < 7:  # a block's zero trailer
@@ -81,10 +81,17 @@ def wandb_history(path: Path) -> list[dict[str, Any]]:
             continue
         record = wandb_internal_pb2.Record()
         record.ParseFromString(pending)
-        if record.WhichOneof("record_type") == "history":
-            items = record.history.item
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items})
-    return rows
+        records.append(record)
+    return records
+
+
+def wandb_history(records: list[Any]) -> list[dict[str, Any]]:
+    """The history rows among `records`, as dicts."""
+    return [
+        {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        for record in records
+        if record.WhichOneof("record_type") == "history"
+    ]
 
 
 def test_wandb_offline_run_holds_the_train_loss_and_grpokit_metrics(tiny_model_dir, tmp_path, monkeypatch):
@@ -98,9 +105,12 @@ def test_wandb_offline_run_holds_the_train_loss_and_grpokit_metrics(tiny_model_d
     run_dir = train.main(build_recipe(raw))
     assert wandb.run is None  # grpokit ended the W&B run it opened: its files are complete
     [log_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    history = wandb_history(log_file)
+    records = wandb_records(log_file)
+    history = wandb_history(records)
     losses = [row["train/loss"] for row in history if "train/loss" in row]
     assert len(losses) == 2  # TRL's, both steps
     stages = json.loads((run_dir / "stages.json").read_text())
     tested = [row["test/accuracy"] for row in history if "test/accuracy" in row]
     assert tested == pytest.approx([row["accuracy"] for row in stages])
+    [run] = [record.run for record in records if record.WhichOneof("record_type") == "run"]
+    assert run.display_name == f"tiny/{run_dir.name}"  # the run folder's name

@@ -7,6 +7,7 @@ its pip command, both before any model loads. Every stage (sft and grpo) reports
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 from grpokit.errors import RecipeError
@@ -82,3 +83,13 @@ def check_report_to(value: Any, source: str = "the recipe") -> None:
                 f"grpo.report_to: tracker {name!r} is not installed ({', '.join(missing)} is missing); "
                 f"install it with `{install}`, or remove it from grpo.report_to in {source}"
             )
+
+
+def run_name(output_name: str | None, stage_dir: str | Path) -> str:
+    """The name trackers give a run (W&B's, trackio's): the run folder's, `<output.name>/<timestamp>`, the same
+    for every stage of the run (`stage_dir` is `<run folder>/<stage>`).
+
+    >>> run_name("smollm2/arithmetic_grpo", "runs/smollm2/arithmetic_grpo/20261206-154417/grpo")
+    'smollm2/arithmetic_grpo/20261206-154417'
+    """
+    return f"{output_name or 'run'}/{Path(stage_dir).absolute().parent.name}"

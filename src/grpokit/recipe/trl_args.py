@@ -13,7 +13,7 @@ from grpokit.errors import RecipeError
 from grpokit.kernels.precision import trainer_precision
 from grpokit.recipe.schema import Recipe
 from grpokit.recipe.stages import plan_stages, stage_recipe
-from grpokit.recipe.trackers import check_report_to, report_to
+from grpokit.recipe.trackers import check_report_to, report_to, run_name
 from grpokit.registry import did_you_mean
 
 
@@ -40,6 +40,7 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path, measure_precision:
         bf16 = False
     kwargs = {"seed": recipe.seed, **trainer_precision(bf16), **grpo}
     kwargs["report_to"] = report_to(grpo)  # unset or null: TensorBoard when installed
+    kwargs.setdefault("run_name", run_name(recipe.output.name, output_dir))
     kwargs["save_strategy"] = "steps" if save_every else "no"
     kwargs["save_steps"] = save_every or 500
     kwargs["save_total_limit"] = keep
