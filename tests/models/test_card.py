@@ -90,3 +90,9 @@ def test_a_local_base_model_is_no_hub_id_and_its_license_comes_from_its_card(tmp
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
     front = yaml.safe_load(build_card(run, PROVENANCE).split("---")[1])
     assert "base_model" not in front and front["license"] == "mit"
+
+
+def test_a_run_that_did_not_record_its_split_does_not_claim_one(tmp_path):
+    stages = [{k: v for k, v in row.items() if k != "split"} for row in STAGES]
+    text = build_card(fabricated_run(tmp_path, stages=stages), PROVENANCE)
+    assert "evaluated after it on held-out problems" in text and "`test` split" not in text

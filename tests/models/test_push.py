@@ -102,3 +102,15 @@ def test_a_folder_that_is_no_export_is_refused_before_the_hub(tmp_path, capsys, 
     (run / "export" / "notes.txt").write_text("mine", encoding="utf-8")
     assert main(["push", str(run), "someone/tiny"]) == 2
     assert "holds no grpokit export" in capsys.readouterr().err
+
+
+def test_export_without_a_folder_writes_run_export_with_its_card(tmp_path, tiny_model_dir, capsys):
+    from huggingface_hub import ModelCard
+
+    run = run_folder(tmp_path, tiny_model_dir)
+    assert main(["export", str(run)]) == 0
+    out = run / "export"
+    assert f"exported: {out}" in capsys.readouterr().out and (out / "model.safetensors").is_file()
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "transformers" and "base_model" not in card.data.to_dict()  # a local folder
+    assert "| grpo | grpo | — | not finished |" in card.text  # the fabricated run trained nothing

@@ -64,7 +64,7 @@ def build_card(run_dir: Path, provenance: dict[str, Any], repo_id: str | None = 
         _trained_for(task, recipe, provenance),
         _how(recipe, records, run_dir),
         _rewards(recipe),
-        _evaluation(recipe, run_dir),
+        _evaluation(recipe, records, run_dir),
         "## Recipe\n\nThe resolved recipe, as the run wrote it (`recipe.yaml`):\n\n```yaml\n"
         + recipe_text.rstrip()
         + "\n```",
@@ -173,7 +173,7 @@ def _how(recipe: dict[str, Any], records: list[dict[str, Any]], run_dir: Path) -
     total = f" The whole run took {summary['minutes']:.1f} minutes." if "minutes" in summary else ""
     return (
         "## How it was trained\n\n"
-        "The stages in order, each evaluated after it on the task's `test` split (greedy decoding; accuracy ± one "
+        f"The stages in order, each evaluated after it on {_split(records)} (greedy decoding; accuracy ± one "
         f"standard error, n problems), `before` being the untouched base model.{total}\n\n" + table
     )
 
@@ -186,10 +186,17 @@ def planned_stages(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     return [*cold, ("grpo", "grpo")]
 
 
+def _split(records: list[dict[str, Any]]) -> str:
+    """Which split the run says its stage evaluations read (runs from before splits were recorded say none)."""
+    splits = {row.get("split") for row in records}
+    return f"the task's `{splits.pop()}` split" if len(splits) == 1 and None not in splits else "held-out problems"
+
+
 def _rewards(recipe: dict[str, Any]) -> str:
     def listed(rewards: list[dict[str, Any]]) -> list[str]:
         return [
             f"- `{spec.get('name')}`, weight {spec.get('weight')}"
+            + (" at the start, then adapted during training (the recipe's `adaptive`)" if spec.get("adaptive") else "")
             + (f" ({', '.join(f'{k}={v}' for k, v in spec['params'].items())})" if spec.get("params") else "")
             for spec in rewards
         ]
@@ -201,12 +208,12 @@ def _rewards(recipe: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _evaluation(recipe: dict[str, Any], run_dir: Path) -> str:
+def _evaluation(recipe: dict[str, Any], records: list[dict[str, Any]], run_dir: Path) -> str:
     cfg = recipe.get("eval") or {}
     lines = [
         "## Evaluation",
         "",
-        f"- `test` split of the task: {cfg.get('n')} problems, greedy, at most {cfg.get('max_new_tokens')} new "
+        f"- {_split(records).capitalize()}: {cfg.get('n')} problems, greedy, at most {cfg.get('max_new_tokens')} new "
         "tokens; scored by the task's strict verifier (the same one as the correctness reward).",
     ]
     for suite in cfg.get("suites") or []:
@@ -264,7 +271,7 @@ def _limits(recipe: dict[str, Any], records: list[dict[str, Any]], run_dir: Path
         "## Limits",
         "",
         f"- One run, seed {recipe.get('seed')}: how much the numbers move between seeds is not measured here.",
-        f"- Each accuracy is on {cfg.get('n')} `test` problems; ± is one binomial standard error, and a difference "
+        f"- Each accuracy is on {cfg.get('n')} problems; ± is one binomial standard error, and a difference "
         "of less than about two of them is within noise.",
         f"- The task is `{(recipe.get('task') or {}).get('name')}` only; problems outside its parameters are not "
         "what it was trained or tested on" + (" (the suites above measure some)." if cfg.get("suites") else "."),
