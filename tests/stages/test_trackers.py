@@ -94,16 +94,27 @@ def wandb_history(records: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def test_wandb_offline_run_holds_the_train_loss_and_grpokit_metrics(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def offline_wandb(tmp_path, monkeypatch):
+    """W&B offline, quiet, its files under tmp_path/wandb."""
     wandb = pytest.importorskip("wandb")
-    from grpokit.stages import pipeline as train
-
     quiet = {"WANDB_SILENT": "true", "WANDB_CONSOLE": "off", "WANDB_X_DISABLE_STATS": "true"}
     for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), **quiet}.items():
         monkeypatch.setenv(key, value)
+    return wandb
+
+
+def exit_code(records: list[Any]) -> int:
+    [code] = [record.exit.exit_code for record in records if record.WhichOneof("record_type") == "exit"]
+    return code
+
+
+def test_wandb_offline_run_holds_the_train_loss_and_grpokit_metrics(tiny_model_dir, tmp_path, offline_wandb):
+    from grpokit.stages import pipeline as train
+
     raw = tiny_recipe(tiny_model_dir, tmp_path / "runs", grpo={"report_to": ["wandb"]})
     run_dir = train.main(build_recipe(raw))
-    assert wandb.run is None  # grpokit ended the W&B run it opened: its files are complete
+    assert offline_wandb.run is None  # grpokit ended the W&B run it opened: its files are complete
     [log_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     records = wandb_records(log_file)
     history = wandb_history(records)
@@ -114,3 +125,21 @@ def test_wandb_offline_run_holds_the_train_loss_and_grpokit_metrics(tiny_model_d
     assert tested == pytest.approx([row["accuracy"] for row in stages])
     [run] = [record.run for record in records if record.WhichOneof("record_type") == "run"]
     assert run.display_name == f"tiny/{run_dir.name}"  # the run folder's name
+    assert exit_code(records) == 0
+
+
+def test_a_run_that_fails_ends_its_wandb_run_marked_failed(tiny_model_dir, tmp_path, offline_wandb):
+    from transformers import TrainerCallback
+
+    from grpokit.stages import pipeline as train
+
+    class Crash(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            raise RuntimeError("crashed on purpose")
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path / "runs", grpo={"report_to": "wandb"})
+    with pytest.raises(RuntimeError, match="crashed on purpose"):
+        train.main(build_recipe(raw), callbacks=[Crash()])
+    assert offline_wandb.run is None
+    [log_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    assert exit_code(wandb_records(log_file)) == 1

@@ -249,12 +249,13 @@ def active_wandb_run() -> Any:
     return getattr(sys.modules.get("wandb"), "run", None)
 
 
-def finish_wandb(outer: Any) -> None:
-    """End the W&B run a grpokit run opened (transformers leaves it open), so its files are complete when the
-    run returns and the next run in this process opens its own; `outer`, a run the caller opened, stays open."""
+def finish_wandb(outer: Any, failed: bool = False) -> None:
+    """End the W&B run a grpokit run opened (transformers leaves it open), marked failed when the run raised, so
+    its files are complete when the run returns and the next run in this process opens its own; `outer`, a run
+    the caller opened, stays open."""
     wandb = sys.modules.get("wandb")
     if wandb is not None and wandb.run is not None and wandb.run is not outer:
-        wandb.finish()
+        wandb.finish(exit_code=1 if failed else 0)
         if outer is None:  # finish() returns before W&B's service has written the run out; teardown waits for it
             wandb.teardown()
 

@@ -27,6 +27,7 @@ import gc
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -186,7 +187,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         raise
     finally:
         if main_rank:
-            finish_wandb(outer_wandb)
+            finish_wandb(outer_wandb, failed=sys.exc_info()[1] is not None)
         root.removeHandler(log_file)
         root.setLevel(previous_level)
         log_file.close()
