@@ -80,7 +80,7 @@ def check_report_to(value: Any, source: str = "the recipe") -> None:
         missing = [module for module in modules if importlib.util.find_spec(module) is None]
         if missing:
             raise RecipeError(
-                f"grpo.report_to: tracker {name!r} is not installed ({', '.join(missing)} is missing); "
+                f"grpo.report_to: tracker {name!r} is not installed (missing: {', '.join(missing)}); "
                 f"install it with `{install}`, or remove it from grpo.report_to in {source}"
             )
 
