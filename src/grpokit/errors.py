@@ -14,6 +14,10 @@ class HubUnreachable(OSError):
     """The id is not cached and the hub cannot be reached."""
 
 
+class HubAuthError(OSError):
+    """No Hugging Face token, or the hub refused it; the message says how to log in."""
+
+
 class DiskFullError(OSError):
     """A save found (or hit) too little free space; the message says where, how much, and how to resume."""
 

@@ -1,6 +1,8 @@
 """`python -m grpokit.cli ...` runs the `grpokit` command."""
 
+import sys
+
 from grpokit.cli.commands import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,7 +15,7 @@ from pathlib import Path
 from grpokit import __version__, shipped
 from grpokit.errors import DiskFullError, RecipeError, TrainingInterrupted
 from grpokit.eval import chat, evaluate
-from grpokit.models import export, load
+from grpokit.models import export, load, push
 from grpokit.recipe import draft
 from grpokit.recipe.load import apply_override, build_recipe, load_recipe
 from grpokit.recipe.schema import Recipe
@@ -82,9 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     rs = sub.add_parser("runs", help="list runs with status, recipe, model and headline numbers")
     rs.add_argument("folder", nargs="?", default="runs", help="a folder of runs (default: runs)")
 
-    ex = sub.add_parser("export", help="merge a run's LoRA into its base model: a plain transformers folder")
+    ex = sub.add_parser(
+        "export", help="merge a run's LoRA into its base model: a plain transformers folder with a model card"
+    )
     ex.add_argument("run_dir")
-    ex.add_argument("out")
+    ex.add_argument("out", nargs="?", help=f"a new folder (default: RUN_DIR/{push.EXPORT_DIRNAME})")
+
+    ps = sub.add_parser("push", help="export a run (unless it was) and upload it to the Hugging Face Hub")
+    ps.add_argument("run_dir")
+    ps.add_argument("repo_id", help="owner/name of the model repo (created when missing)")
+    ps.add_argument("--private", action="store_true", help="create the repo private (an existing repo keeps its own)")
+    ps.add_argument(
+        "--export-dir",
+        help=f"the exported folder to upload, exported there first if new (default: RUN_DIR/{push.EXPORT_DIRNAME})",
+    )
 
     ch = sub.add_parser("chat", help="chat in the terminal with a run or model, using the task's system prompt")
     ch.add_argument("target", help="a run directory, an exported folder, or a model name")
@@ -251,7 +262,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    print(f"exported: {export.main(args.run_dir, args.out)}")
+    out = args.out or push.default_export_dir(Path(args.run_dir))
+    print(f"exported: {export.main(args.run_dir, out)} (model card: README.md)")
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    try:
+        url = push.main(args.run_dir, args.repo_id, args.private, args.export_dir)
+    except ValueError as err:
+        print(f"grpokit: error: {err}", file=sys.stderr)
+        return 2
+    print(f"pushed: {url}")
     return 0
 
 
@@ -434,6 +456,7 @@ COMMANDS = {
     "tasks": cmd_tasks,
     "recipes": cmd_recipes,
     "export": cmd_export,
+    "push": cmd_push,
     "chat": cmd_chat,
     "serve-rollouts": cmd_serve_rollouts,
     "init": cmd_init,

@@ -4,7 +4,8 @@ The folder loads with `transformers.pipeline("text-generation", model=OUT)` alon
 tokenizer, generation config, and a chat template that renders the prompt training saw (the task's instruction
 as the default system message, the recipe's `chat_template_kwargs` as the switches' defaults, the thought
 opened when `task.prefill_think` did), so a plain chat call answers in the trained format.
-`grpokit_export.json` records where it came from, tags included.
+`grpokit_export.json` records where it came from, tags included; README.md is the model card
+(`grpokit.models.card`), built from what the run logged.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from grpokit.models.card import write_card
 from grpokit.models.load import load_trained
 from grpokit.recipe.load import load_recipe
 from grpokit.tasks import get_task_class
@@ -105,5 +107,6 @@ def main(run_dir: str | Path, out: str | Path) -> Path:
         "prefill_think": recipe.task.prefill_think,
     }
     (out / "grpokit_export.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+    write_card(run_dir, out)
     log.info("exported to %s", out)
     return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib.util
 import types
 import typing
 from pathlib import Path
@@ -14,6 +13,7 @@ from grpokit.errors import RecipeError
 from grpokit.kernels.precision import trainer_precision
 from grpokit.recipe.schema import Recipe
 from grpokit.recipe.stages import plan_stages, stage_recipe
+from grpokit.recipe.trackers import check_report_to, report_to, run_name
 from grpokit.registry import did_you_mean
 
 
@@ -38,7 +38,9 @@ def build_grpo_config(recipe: Recipe, output_dir: str | Path, measure_precision:
     bf16 = grpo.get("bf16")
     if bf16 is None and not measure_precision:
         bf16 = False
-    kwargs = {"report_to": default_report_to(), "seed": recipe.seed, **trainer_precision(bf16), **grpo}
+    kwargs = {"seed": recipe.seed, **trainer_precision(bf16), **grpo}
+    kwargs["report_to"] = report_to(grpo)  # unset or null: TensorBoard when installed
+    kwargs.setdefault("run_name", run_name(recipe.output.name, output_dir))
     kwargs["save_strategy"] = "steps" if save_every else "no"
     kwargs["save_steps"] = save_every or 500
     kwargs["save_total_limit"] = keep
@@ -111,6 +113,8 @@ def check_grpo_values(grpo: dict[str, Any], source: str = "the recipe") -> None:
                 f"unknown key grpo.{key} in {source}: it is not a TRL GRPOConfig field "
                 f"(see https://huggingface.co/docs/trl/grpo_trainer){did_you_mean(key, fields)}"
             )
+        if key == "report_to" and value is not None:
+            check_report_to(value, source)  # transformers' tracker names, each installed
         choices = fields[key].metadata.get("choices")
         if value is not None and choices and value not in choices:
             raise RecipeError(f"grpo.{key}={value!r}; TRL accepts one of {', '.join(map(str, choices))}")
@@ -161,8 +165,3 @@ def _fits(hint: Any, value: Any) -> bool:
     if isinstance(hint, type) and origin is None:
         return isinstance(value, hint) or not isinstance(value, int | float | str | bool | list | dict)
     return True
-
-
-def default_report_to() -> list[str]:
-    """TensorBoard when it is installed (it is a grpokit dependency); `grpo.report_to` picks others."""
-    return ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else []

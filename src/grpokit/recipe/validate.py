@@ -5,6 +5,7 @@ from __future__ import annotations
 from grpokit.errors import RecipeError
 from grpokit.recipe.schema import Recipe
 from grpokit.recipe.stages import plan_stages, stage_recipe
+from grpokit.recipe.trackers import check_report_to
 from grpokit.recipe.trl_args import build_grpo_config, check_grpo_values
 from grpokit.rewards import REWARDS, make_reward
 from grpokit.sandbox import client as sandbox
@@ -16,6 +17,8 @@ def validate_recipe(recipe: Recipe) -> None:
     sections = (recipe.model, recipe.lora, recipe.eval, recipe.output, recipe.launch, recipe.train_pass, recipe.sandbox)
     for section in (*sections, recipe.rollout):
         section.validate()
+    if recipe.grpo.get("report_to") is not None:  # sft stages report there too, and check no other grpo key
+        check_report_to(recipe.grpo["report_to"], recipe.source)
     names = [stage.name for stage in recipe.stages]
     if len(set(names)) < len(names):
         raise RecipeError(f"stage names must differ: {names}")

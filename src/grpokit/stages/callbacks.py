@@ -10,13 +10,15 @@ import hashlib
 import json
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl
+from transformers.integrations import INTEGRATION_TO_CALLBACK
 
 from grpokit.eval.evaluate import EvalResult, evaluate_recipe
 from grpokit.recipe.schema import Recipe
@@ -106,7 +108,10 @@ class PeriodicEval:
                 step = state.global_step
                 stopping = control.should_training_stop or step >= state.max_steps
                 if step % outer.recipe.eval.every == 0 and not stopping:
+                    # trainer.log() clears should_log, which would drop the step's own log (its loss) after it.
+                    logging = control.should_log
                     outer.run(step)
+                    control.should_log = logging
 
         return _Callback()
 
@@ -186,18 +191,93 @@ def step_eval_name(stage: str, step: int) -> str:
     return f"step_{step:05d}.json" if stage == "grpo" else f"{stage}-step_{step:05d}.json"
 
 
+def tracker_callbacks(trainer: Any) -> list[Any]:
+    """The trainer's experiment-tracker callbacks (`grpo.report_to`: TensorBoard, W&B, ...): where its logs go."""
+    classes = tuple(INTEGRATION_TO_CALLBACK.values())
+    return [callback for callback in trainer.callback_handler.callbacks if isinstance(callback, classes)]
+
+
+def report(trackers: list[Any], args: Any, state: Any, logs: dict[str, float]) -> None:
+    """Hand `logs` to `trackers` as a trainer hands them its own (`on_log`, at `state.global_step`), so grpokit's
+    metrics sit beside TRL's in every tracker, under the names each tracker gives a trainer's logs."""
+    control = TrainerControl()
+    for tracker in trackers:
+        tracker.on_log(args, state, control, logs=dict(logs))
+
+
+@dataclasses.dataclass
+class Trackers:
+    """A finished stage's trackers: its evaluation runs after its trainer is gone (the trainer's memory goes
+    first), and is reported to them at the stage's last step."""
+
+    callbacks: list[Any]
+    args: Any
+    state: Any
+
+    @classmethod
+    def of(cls, trainer: Any) -> Trackers:
+        return cls(tracker_callbacks(trainer), trainer.args, trainer.state)
+
+    def log(self, logs: dict[str, float]) -> None:
+        # A TensorBoard callback whose stage never trained (resumed past its last step) has no folder yet:
+        # it would open one in the working directory.
+        opened = [tracker for tracker in self.callbacks if getattr(tracker, "logging_dir", "") is not None]
+        report(opened, self.args, self.state, logs)
+        for tracker in self.callbacks:  # TensorBoard's writer: on_log reopened the one the stage's end closed
+            writer = getattr(tracker, "tb_writer", None)
+            if writer is not None:
+                writer.close()
+                tracker.tb_writer = None
+
+
+def stage_eval_logs(record: dict[str, Any]) -> dict[str, float]:
+    """A stage's test-split evaluation (a stages.json row) as tracker metrics: `test_accuracy`, `test_stderr`,
+    `test_format_rate`, `test_<suite>/accuracy`, ... (transformers' trackers show `test_x` as `test/x`).
+
+    >>> row = {"accuracy": 0.5, "stderr": 0.1, "format_rate": 1.0, "n": 8, "suites": {"big": {"accuracy": 0.2}}}
+    >>> stage_eval_logs(row)
+    {'test_accuracy': 0.5, 'test_stderr': 0.1, 'test_format_rate': 1.0, 'test_big/accuracy': 0.2}
+    """
+    logs = {f"test_{key}": record[key] for key in ("accuracy", "stderr", "format_rate") if key in record}
+    for name, suite in record.get("suites", {}).items():
+        logs.update({f"test_{name}/{key}": suite[key] for key in ("accuracy", "format_rate") if key in suite})
+    return logs
+
+
+def active_wandb_run() -> Any:
+    """The active W&B run, or None (wandb is never imported here: a run that reports to it has imported it)."""
+    return getattr(sys.modules.get("wandb"), "run", None)
+
+
+def finish_wandb(outer: Any, failed: bool = False) -> None:
+    """End the W&B run a grpokit run opened (transformers leaves it open), marked failed when the run raised, so
+    its files are complete when the run returns and the next run in this process opens its own; `outer`, a run
+    the caller opened, stays open."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None and wandb.run is not outer:
+        wandb.finish(exit_code=1 if failed else 0)
+        if outer is None:  # finish() returns before W&B's service has written the run out; teardown waits for it
+            wandb.teardown()
+
+
 class MetricsLog:
     """Appends every trainer log (sft and GRPO stages) to metrics.jsonl and prints a progress line.
 
     Each row carries `train_seconds`: the stage's training time so far, the steps' own time summed as
     TimeBudget sums it (evaluations and checkpoint saves between steps left out; from the resume in a
     resumed stage), so runs that evaluate at different rates share a time axis.
+
+    The trackers (`trackers`, the stage's) also get each health warning as `health/<condition>` = 1 at its
+    step (`health/reward_errors/<reward>` for a reward's errors), and `opening` (the evaluation the stage
+    starts from, when set) at the stage's first step.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.stage = "train"
         self.health: HealthMonitor | None = None  # set for the GRPO stage
+        self.trackers: list[Any] = []
+        self.opening: dict[str, float] = {}
 
     def callback(self) -> Any:
         outer = self
@@ -206,6 +286,9 @@ class MetricsLog:
             def on_train_begin(self, args, state, control, **kwargs):
                 self.t0, self.first_step = time.perf_counter(), state.global_step  # > 0 in a resumed stage
                 self.clock = StepClock()
+                # After the trackers' own on_train_begin (a trainer's report_to callbacks come first): they are open.
+                if outer.opening and state.is_world_process_zero:
+                    report(outer.trackers, args, state, outer.opening)
 
             # Before PeriodicEval's callback, like TimeBudget's: a step's evaluation is not its time.
             def on_step_begin(self, args, state, control, **kwargs):
@@ -227,7 +310,10 @@ class MetricsLog:
                 with outer.path.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")
                 if outer.health is not None and "reward" in logs:
-                    outer.health.observe(state.global_step, logs)
+                    found = outer.health.observe(state.global_step, logs)
+                    if found:
+                        flags = {f"health/{w.condition.replace(':', '/')}": 1.0 for w in found}  # reward_errors:<name>
+                        report(outer.trackers, args, state, flags)
                 elapsed = time.perf_counter() - self.t0
                 rate = elapsed / max(state.global_step - self.first_step, 1)
                 eta = rate * (state.max_steps - state.global_step)

@@ -27,6 +27,7 @@ import gc
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -56,7 +57,16 @@ from grpokit.runs import records as runs
 from grpokit.runs.checkpoints import StopOnSignal, checkpoint_step, complete_checkpoints, truncate_metrics
 from grpokit.sandbox.client import configure as configure_sandbox
 from grpokit.stages import console, launch, sft
-from grpokit.stages.callbacks import MetricsLog, PeriodicEval, TimeBudget
+from grpokit.stages.callbacks import (
+    MetricsLog,
+    PeriodicEval,
+    TimeBudget,
+    Trackers,
+    active_wandb_run,
+    finish_wandb,
+    stage_eval_logs,
+    tracker_callbacks,
+)
 from grpokit.stages.grpo import build_train_dataset as build_train_dataset  # re-exported: tests, benchmarks
 from grpokit.stages.grpo import build_trainer
 from grpokit.tasks import task_of
@@ -90,6 +100,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
         run_dir, records, checkpoint = make_run_dir(recipe), [], None
     if main_rank:
         runs.mark_running(run_dir, recipe, resumed=bool(resume))
+    outer_wandb = active_wandb_run()  # a W&B run the caller opened is theirs to end
     root = logging.getLogger()
     log_file = attach_log_file(run_dir / "train.log") if main_rank else logging.NullHandler()
     previous_level = root.level
@@ -126,6 +137,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             stage = planned.section
             if stage.name in done:
                 continue
+            # The trackers get the evaluation before the first stage at its first step (each stage's own at its last).
+            metrics.opening = stage_eval_logs(records[0]) if len(records) == 1 and main_rank else {}
             t0 = time.perf_counter()
             model, trainer = run_stage(
                 stage,
@@ -142,6 +155,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             )
             checkpoint, minutes = None, (time.perf_counter() - t0) / 60
             grpo_state = trainer.state if hasattr(trainer, "reward_funcs") else None
+            trackers = Trackers.of(trainer)
             # The finished stage's trainer (optimizer, buffers, callbacks that point back at it) goes before
             # the evaluation and the next stage build theirs.
             del trainer
@@ -153,6 +167,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             result, suites = run_evals(model, tokenizer, held, recipe, run_dir, stage.name)
             records.append(stage_record(stage.name, stage.kind, result, minutes, records, suites))
             save_records(run_dir, records)
+            trackers.log(stage_eval_logs(records[-1]))
         if not main_rank:
             return run_dir
         if grpo_state is not None:
@@ -171,6 +186,8 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
             write_partial_report(run_dir)
         raise
     finally:
+        if main_rank:
+            finish_wandb(outer_wandb, failed=sys.exc_info()[1] is not None)
         root.removeHandler(log_file)
         root.setLevel(previous_level)
         log_file.close()
@@ -242,6 +259,7 @@ def run_stage(
             stage.name, model, tokenizer, seen, run_dir, watched, metrics, stop, [*budget, *shown, *callbacks]
         )
     console.adopt(trainer)
+    metrics.trackers = tracker_callbacks(trainer)  # health warnings and the opening evaluation go there too
     budget_note = f", at most {stage.max_minutes:g} min of training" if stage.max_minutes else ""
     log.info("stage %s (%s): %d steps%s", stage.name, stage.kind, trainer.args.max_steps, budget_note)
     if checkpoint is not None and checkpoint_step(checkpoint) >= trainer.args.max_steps:

@@ -22,7 +22,7 @@ from trl import SFTConfig, SFTTrainer
 from grpokit.kernels import fused_lora, memory
 from grpokit.kernels.precision import trainer_precision
 from grpokit.recipe.schema import Recipe
-from grpokit.recipe.trl_args import default_report_to
+from grpokit.recipe.trackers import report_to, run_name
 from grpokit.runs.checkpoints import mark_complete
 from grpokit.tasks import task_of
 from grpokit.tasks.base import Task, render_prompt, think_prefilled, tokenize_prompts
@@ -89,7 +89,8 @@ def build_trainer(
         save_strategy="steps" if recipe.output.save_every else "no",
         save_steps=recipe.output.save_every or 500,
         save_total_limit=recipe.output.keep,
-        report_to=recipe.grpo.get("report_to", default_report_to()),
+        report_to=report_to(recipe.grpo),  # the grpo stages' trackers
+        run_name=recipe.grpo.get("run_name") or run_name(recipe.output.name, out_dir),
         **trainer_precision(recipe.grpo.get("bf16")),
         gradient_checkpointing=False,
         seed=recipe.seed,
