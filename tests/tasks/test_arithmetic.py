@@ -116,6 +116,72 @@ def test_split_sum_demonstrations_earn_every_step():
     assert reward(whole, row) == pytest.approx(1 / 3)
 
 
+@pytest.mark.parametrize(
+    ("nums", "ops", "steps"),
+    [
+        ([47, 24], ["+"], ["7 + 4 = 11.", "4 + 2 + 1 = 7.", "47 + 24 = 71."]),  # x's digit, y's, the carry
+        ([7, 24], ["+"], ["7 + 4 = 11.", "2 + 1 = 3.", "7 + 24 = 31."]),  # x out of digits: y's digit + carry
+        ([52, 31], ["+"], ["2 + 1 = 3.", "5 + 3 = 8.", "52 + 31 = 83."]),
+        ([100, 47], ["+"], ["0 + 7 = 7.", "0 + 4 = 4.", "100 + 47 = 147."]),  # a lone digit, no carry: copied
+        ([57, 48], ["+"], ["7 + 8 = 15.", "5 + 4 + 1 = 10.", "57 + 48 = 105."]),  # the last carry: no step
+        ([3, 4], ["+"], ["3 + 4 = 7."]),  # both single digits: one step
+        ([999, 1], ["+"], ["9 + 1 = 10.", "9 + 1 = 10.", "9 + 1 = 10.", "999 + 1 = 1000."]),
+        ([4096, 57], ["+"], ["6 + 7 = 13.", "9 + 5 + 1 = 15.", "0 + 1 = 1.", "4096 + 57 = 4153."]),
+        (
+            [1234, 5678],
+            ["+"],
+            ["4 + 8 = 12.", "3 + 7 + 1 = 11.", "2 + 6 + 1 = 9.", "1 + 5 = 6.", "1234 + 5678 = 6912."],
+        ),
+        ([47, 3, 8], ["+", "*"], ["3 * 8 = 24.", "7 + 4 = 11.", "4 + 2 + 1 = 7.", "47 + 24 = 71."]),
+        ([6, 9, 6], ["*", "+"], ["6 * 9 = 54.", "4 + 6 = 10.", "5 + 1 = 6.", "54 + 6 = 60."]),  # product first
+        ([0, 15], ["+"], ["0 + 5 = 5.", "0 + 15 = 15."]),
+        ([50, 3, 8], ["-", "*"], ["3 * 8 = 24.", "50 - 24 = 26."]),  # subtraction: one step
+        ([-47, 3, 8], ["+", "*"], ["3 * 8 = 24.", "-47 + 24 = -23."]),  # a negative term: one step
+    ],
+)
+def test_columns_write_column_addition_from_the_units(nums, ops, steps):
+    """One equation per column that needs work, units first, then the whole sum; a column where one term
+    has run out of digits writes the other's digit plus the carry, and nothing without a carry."""
+    written, value = solve(nums, ops, split_sums="columns")
+    assert written == steps
+    assert value == solve(nums, ops)[1]
+
+
+def _true(step: str) -> bool:
+    """`step` (`a + b + c = z.` or `a * b = z.`) holds, read as digits: the check shares no code with `solve`."""
+    left, result = step.removesuffix(".").split(" = ")
+    if " * " in left:
+        x, y = left.split(" * ")
+        return int(x) * int(y) == int(result)
+    return sum(int(term.strip("()")) for term in left.split(" + ")) == int(result)
+
+
+def test_every_column_step_holds_and_the_last_is_the_answer_for_addends_to_999():
+    """2000 drawn problems with addends 1..999 (up to 3 digits) beside products: every step is a true
+    equation, each column adds single digits and at most a carry of 1, and the last step is the whole
+    sum, equal to the answer. The `steps` reward pays every demonstration in full, and `score` accepts it."""
+    from grpokit.rewards import make_reward
+
+    task = build_task("arithmetic", {"split_sums": "columns", "addend_min": 1, "addend_max": 999})
+    reward = make_reward("steps", task)
+    rows = task.dataset("train", 2000, distinct=False)
+    columns = 0
+    for row in rows:
+        steps = row["steps"]
+        assert all(_true(step) for step in steps), steps
+        assert steps[0].count("*") == 1 and steps[-1].endswith(f" = {row['answer']}.")
+        x, y = (int(term) for term in steps[-1].split(" = ")[0].split(" + "))
+        assert x + y == row["answer"]
+        for column in steps[1:-1]:
+            terms = column.split(" = ")[0].split(" + ")
+            assert 2 <= len(terms) <= 3 and all(len(term) == 1 for term in terms), column
+            assert len(terms) == 2 or terms[2] == "1", column  # the third term is the carry
+        columns += len(steps) - 2
+        assert reward(task.demonstration(row), row) == 1.0
+        assert task.score(task.demonstration(row), row) == 1.0
+    assert columns > 2 * len(rows)  # most sums have 2-3 columns: the procedure is exercised
+
+
 def test_demonstration_scores_and_is_strict(task):
     from grpokit.tasks.parsing import is_strict_format
 

@@ -24,7 +24,7 @@ from grpokit.tasks.parsing import extract_answer
 from grpokit.tasks.registry import register_task
 
 OPERATORS = ("+", "-", "*")
-SPLIT_SUMS = ("none", "carries", "all", "any")
+SPLIT_SUMS = ("none", "carries", "all", "any", "columns")
 _MAX_DRAWS = 1000  # a split of a tiny problem space may be empty: fail instead of spinning
 _INTEGER = re.compile(r"-?[0-9]{1,10000}")  # ASCII digits only (int() also reads "３"), any length a right answer has
 
@@ -44,7 +44,10 @@ class ArithmeticConfig:
     # How worked steps write a sum of a number >= 10 and a digit: "none" in one step (`54 + 6 = 60.`),
     # "carries" in two when the units carry (`4 + 6 = 10. 50 + 10 = 60.`: the units, then the tens), "all"
     # in two always (`4 + 3 = 7. 50 + 7 = 57.` too), "any" in two whenever the larger term is >= 10, whatever
-    # the other (`4 + 10 = 14. 50 + 14 = 64.` too). The demonstrations and the `steps` reward follow it.
+    # the other (`4 + 10 = 14. 50 + 14 = 64.` too). "columns" writes any sum of non-negative terms, one of
+    # them >= 10, as column addition from the units (`7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71.`, see
+    # `column_sum`): a procedure that holds for any number of digits, not a template for two-digit terms.
+    # The demonstrations and the `steps` reward follow it.
     split_sums: str = "none"
     # Shares of the computations held out: `validation` (watched during training) and `test` (reported).
     validation_fraction: float = 0.1
@@ -179,13 +182,17 @@ def _factors(ops: list[str]) -> list[bool]:
 
 
 def solve(nums: list[int], ops: list[str], split_sums: str = "none") -> tuple[list[str], int]:
-    """Evaluate with the usual precedence, recording each step as `x op y = z.`
+    """Evaluate with the usual precedence, recording each step as `x op y = z.` (a column of column
+    addition as `x + y + 1 = z.`).
 
     `split_sums` writes a sum of a number >= 10 and a digit as two steps (see `split_sum`): "carries"
-    when its units carry, "all" always; the value is the same.
+    when its units carry, "all" always; "columns" writes a sum with a term >= 10 column by column (see
+    `column_sum`); the value is the same.
 
     >>> solve([6, 9, 6], ["*", "+"], split_sums="carries")
     (['6 * 9 = 54.', '4 + 6 = 10.', '50 + 10 = 60.'], 60)
+    >>> solve([47, 3, 8], ["+", "*"], split_sums="columns")
+    (['3 * 8 = 24.', '7 + 4 = 11.', '4 + 2 + 1 = 7.', '47 + 24 = 71.'], 71)
     """
     nums, ops, steps = list(nums), list(ops), []
     while "*" in ops:  # multiplications first, left to right
@@ -207,7 +214,7 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     """`x + y` as the units' sum, then the tens plus it, when one term is a digit and the other is not
     (`mode` "all"), only when the units carry ("carries"), whenever the larger term is >= 10 ("any": the
     larger term's units plus the other, then its tens plus that), or never ("none": None, one step). A
-    negative term is never split.
+    negative term is never split. "columns" is `column_sum`.
 
     >>> split_sum(54, 7)
     ['4 + 7 = 11.', '50 + 11 = 61.']
@@ -220,6 +227,8 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     >>> split_sum(10, 54, "any")  # the other term need not be a digit
     ['4 + 10 = 14.', '50 + 14 = 64.']
     """
+    if mode == "columns":
+        return column_sum(x, y)
     big, other = max(x, y), min(x, y)
     splits = {
         "any": big >= 10 and other >= 0,
@@ -230,6 +239,36 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
         return None
     units, tens = big % 10, big - big % 10
     return [f"{units} + {other} = {units + other}.", f"{tens} + {units + other} = {big + other}."]
+
+
+def column_sum(x: int, y: int) -> list[str] | None:
+    """`x + y` as column addition from the units, then the whole sum; None (one step) when a term is
+    negative or both are single digits.
+
+    Each column that needs work is one true equation: x's digit, then y's, then the carry as `+ 1`. A
+    column where one term has run out of digits writes the other's digit plus the carry (`2 + 1 = 3.`),
+    and nothing when there is no carry (a lone digit is copied down, not computed); a carry out of the
+    last column is the sum's leading 1, not a step. The same rule holds for any number of digits.
+
+    >>> column_sum(47, 24)
+    ['7 + 4 = 11.', '4 + 2 + 1 = 7.', '47 + 24 = 71.']
+    >>> column_sum(7, 24)  # the tens: y's digit and the carry
+    ['7 + 4 = 11.', '2 + 1 = 3.', '7 + 24 = 31.']
+    >>> column_sum(100, 47)  # the hundreds: a lone digit, no carry: not written
+    ['0 + 7 = 7.', '0 + 4 = 4.', '100 + 47 = 147.']
+    >>> column_sum(3, 4) is None
+    True
+    """
+    if x < 0 or y < 0 or max(x, y) < 10:
+        return None
+    xs, ys = str(x)[::-1], str(y)[::-1]  # units first
+    steps, carry = [], 0
+    for k in range(max(len(xs), len(ys))):
+        terms = [int(digits[k]) for digits in (xs, ys) if k < len(digits)] + [1] * carry
+        if len(terms) > 1:
+            steps.append(f"{' + '.join(map(str, terms))} = {sum(terms)}.")
+        carry = sum(terms) // 10
+    return [*steps, f"{x} + {y} = {x + y}."]
 
 
 def _listed(example: Example) -> str:
