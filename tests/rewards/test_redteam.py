@@ -173,6 +173,40 @@ def test_worked_step_rewards_pay_nothing_for_listed_equations():
     assert {f.case for f in findings} == {"true equations listed until one is a step"}
 
 
+@pytest.mark.parametrize("addends", [(1, 10), (1, 50), (51, 99)])
+def test_worked_step_rewards_with_column_steps_pay_nothing_for_degenerate_answers(addends):
+    """`split_sums: columns` (`7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71.`) on the trained and the shifted
+    ranges of added terms: the battery finds nothing, and its listing case still holds a real step."""
+    params = {"split_sums": "columns", "addend_min": addends[0], "addend_max": addends[1]}
+    task = build_task("arithmetic", params)
+    names = ("format", "steps", "steps_attempted", "correctness")
+    rewards = [(name, 1.0, make_reward(name, task)) for name in names]
+    examples = task.dataset("test", 8)
+    assert all(len(example["steps"]) >= 3 for example in examples[:2])  # sums written in columns
+    findings = check(task, rewards, examples, slow_seconds=None)  # time left out: a loaded machine
+    assert findings == [], "\n".join(map(str, findings))
+
+    def uncapped(completion, example):  # the share of two-term steps written right, however many equations
+        written = set(equations(completion.split("</think>")[0]))
+        wanted = [step for line in example["steps"] for step in equations(line)]
+        return sum(step in written for step in wanted) / len(wanted)
+
+    findings = check(task, [("uncapped", 1.0, uncapped)], examples[:2], slow_seconds=None)
+    assert {f.case for f in findings} == {"true equations listed until one is a step"}
+
+
+def test_cli_check_of_the_default_recipe_with_column_steps(tmp_path, capsys):
+    import yaml
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "smollm2" / "arithmetic_grpo.yaml"
+    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    raw["task"]["params"]["split_sums"] = "columns"
+    path = tmp_path / "columns.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert main(["rewards", "check", str(path), "--n", "3"]) == 0, capsys.readouterr().out
+    assert "no findings" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("partial", ["closeness", "true_steps"])
 def test_countdown_partial_credit_pays_nothing_for_degenerate_answers(partial):
     task = build_task("countdown")

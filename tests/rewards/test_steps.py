@@ -70,12 +70,13 @@ def test_a_task_without_worked_steps_is_refused():
         make_reward("steps", build_task("countdown"))
 
 
-@pytest.mark.parametrize("split_sums", ["none", "carries", "all"])
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "columns"])
 def test_listing_true_equations_until_one_is_a_step_earns_nothing(split_sums):
     """Every `a + p` for p up to 100 holds the real sum step; every `u + a` holds a split sum's units step."""
     task = build_task("arithmetic", {"split_sums": split_sums})
     reward = make_reward("steps", task)
-    row = next(r for r in task.dataset("test", 100) if len(r["steps"]) == (2 if split_sums == "none" else 3))
+    split = (lambda n: n == 2) if split_sums == "none" else (lambda n: n >= 3)  # columns: 3 or 4 steps
+    row = next(r for r in task.dataset("test", 100) if split(len(r["steps"])))
     product = int(row["steps"][0].split("=")[1].rstrip("."))
     a = row["answer"] - product
     listed = [f"{a} + {p} = {a + p}." for p in range(101)] + [f"{u} + {a} = {u + a}." for u in range(10)]
@@ -162,7 +163,7 @@ NEGATIVE_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "any"])
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "any", "columns"])
 @pytest.mark.parametrize("config", NEGATIVE_CONFIGS, ids=lambda c: f"{c['min_value']}..{c['max_value']}")
 def test_every_demonstration_scores_one_with_negative_operands(config, split_sums):
     """`-10 - (-72) = 62` is read with its sign: the task's own worked steps earn the whole reward."""
@@ -171,3 +172,53 @@ def test_every_demonstration_scores_one_with_negative_operands(config, split_sum
     rows = task.dataset("train", 60, distinct=False)
     assert any(step.startswith("-") for row in rows for step in row["steps"])  # a bare sign is exercised
     assert [reward(task.demonstration(row), row) for row in rows] == [1.0] * len(rows)
+
+
+COLUMNS = {"steps": ["3 * 8 = 24.", "7 + 4 = 11.", "4 + 2 + 1 = 7.", "47 + 24 = 71."], "answer": 71}  # 47 + 3 * 8
+
+
+@pytest.mark.parametrize(
+    ("thought", "steps", "attempted"),
+    [
+        ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71.", 1.0, 1.0),  # the demonstrated steps
+        ("8 * 3 = 24. 4 + 7 = 11. 1 + 2 + 4 = 7. 24 + 47 = 71.", 1.0, 1.0),  # the terms in another order
+        ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 + 1 = 8. 47 + 24 = 81.", 0.0, 1.0),  # a wrong column: false
+        ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 61.", 0.0, 1.0),  # a wrong whole sum: false
+        ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 = 6. 47 + 24 = 71.", 0.75, 0.75),  # the carry dropped: no tens step
+        ("3 * 8 = 24. 47 + 24 = 71.", 0.5, 0.5),  # the sum in one step: the columns are not written
+        ("3 * 8 = 24. 7 + 4 = 11.", 0.5, 0.5),
+        ("4 + 2 + 1 = 7.", 0.25, 0.25),  # a three-term column alone is one step
+        ("3 * 8 = 24. 4 + 7 = 11. 2 + 4 = 7 - 1.", 0.0, 0.5),  # not a whole number: scored as false
+    ],
+)
+def test_column_steps_are_paid_column_by_column(task, thought, steps, attempted):
+    """`split_sums: columns` writes `47 + 24` as its units, its tens with the carry (`4 + 2 + 1 = 7`, three
+    terms: one step) and the whole sum; `steps` pays each, and a false column zeroes the thought."""
+    completion = f"<think>{thought}</think><answer>71</answer>"
+    assert make_reward("steps", task)(completion, COLUMNS) == steps
+    assert make_reward("steps_attempted", task)(completion, COLUMNS) == attempted
+
+
+def test_a_column_of_three_terms_is_read_as_one_sum():
+    from grpokit.rewards.steps import equations, sums
+
+    text = "7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71."
+    assert equations(text) == [(7, "+", 4, 11), (47, "+", 24, 71)]  # `2 + 1 = 7` is not read out of it
+    assert sums(text) == [((4, 2, 1), 7)]
+    assert sums("4 + 2 * 1 = 6. 4 + 2 + 1 = 6 + 1.") == []  # a product, or a right side still to work
+
+
+def test_listing_every_column_sum_earns_nothing():
+    """Every digit sum with and without a carry holds each column step: more equations than a worked
+    answer, so padding, not paid; the demonstration with two extra true equations is paid in full."""
+    task = build_task("arithmetic", {"split_sums": "columns", "addend_min": 11, "addend_max": 99})
+    rows = [row for row in task.dataset("test", 20) if len(row["steps"]) >= 4]
+    assert rows
+    listed = [f"{u} + {v} = {u + v}." for u in range(10) for v in range(10)]
+    listed += [f"{u} + {v} + 1 = {u + v + 1}." for u in range(10) for v in range(10)]
+    for name in ("steps", "steps_attempted"):
+        reward = make_reward(name, task)
+        for row in rows:
+            assert reward(worked(row), row) == 1.0
+            assert reward(worked(row, steps=row["steps"] + listed[:2]), row) == 1.0
+            assert reward(worked(row, steps=row["steps"] + listed), row) == 0.0

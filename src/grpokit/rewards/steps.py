@@ -8,7 +8,9 @@ true equations that are not steps of this problem earn nothing either. Nor does 
 until one is a step (`7 + 20 = 27. 7 + 21 = 28. ...` for `7 + 24`, or every units sum `0 + 7 = 7 ...`
 when the task splits its sums): a thought with more than `2 * steps + 2` equations scores 0. A line that
 keeps the problem whole and works it down (`7 + 3 * 8 = 7 + 24 = 31`) is read as the steps it does, and
-its sides must be equal; `3 * 8 = 7` is not read out of it. A step is read only as the whole numbers it
+its sides must be equal; `3 * 8 = 7` is not read out of it. A sum of three or more terms equated to one
+number (`4 + 2 + 1 = 7`: a column of column addition, two digits and the carry, as `split_sums: columns`
+writes it) is one step, its terms in any order. A step is read only as the whole numbers it
 writes: a bare sign belongs to its number (`-10 - (-72) = 62`), and an equation with a decimal, fraction,
 power or percent around its numbers, or a result that goes on (`0.5 * 8 = 40`, `5 * 8 = 40/3`,
 `5 * 8 = 40 - 1`), is not the step `5 * 8 = 40` and scores as a false one. Equations are checked with
@@ -53,6 +55,7 @@ _INEXACT_BEFORE = re.compile(r"(?:\.|[/^÷]\s*)$")
 _INEXACT_AFTER = re.compile(rf"\.[0-9]|\s*(?:[/^%!÷²³¹⁰⁴-⁹]|\*\*|(?:[-+*×−]|x(?![A-Za-z]))(?!\s*(?:{_TERM})\s*=))")
 _OPERATOR = {"+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "x": "*"}
 Step = tuple[int, str, int, int]
+Sum = tuple[tuple[int, ...], int]  # `4 + 2 + 1 = 7`: three or more terms added, and the result
 Expression = tuple[tuple[int, ...], tuple[str, ...]]  # its terms, and the operators between them
 
 
@@ -123,6 +126,23 @@ def _lines(text: str) -> list[tuple[Expression, Expression] | None]:
     return found
 
 
+def sums(text: str) -> list[Sum]:
+    """Every `a + b + c ... = z` in `text`: three or more whole numbers added and equated to one number
+    (a column of column addition: two digits and the carry). Read whatever its result; `steps` checks it.
+
+    >>> sums("7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71.")
+    [((4, 2, 1), 7)]
+    >>> sums("4 + 2 * 1 = 6; 4 + 2 + 1 = 6 + 1")  # a product, or a right side still to work: not a sum
+    []
+    """
+    return [found for left, right in longer_lines(text) if (found := _sum(left, right))]
+
+
+def _sum(left: Expression, right: Expression) -> Sum | None:
+    (terms, ops), (result, rest) = left, right
+    return (terms, result[0]) if not rest and set(ops) == {"+"} else None
+
+
 def step_done(left: Expression, right: Expression) -> Step | None:
     """The one operation `right` does to `left` (`4 + 1 * 5` -> `4 + 5`: `1 * 5 = 5`), else None.
 
@@ -147,11 +167,21 @@ def is_true(step: Step) -> bool:
     return _apply(left, op, right) == result
 
 
-def same_step(written: Step, wanted: Step) -> bool:
-    if written == wanted:
-        return True
-    left, op, right, result = written
-    return op in "+*" and (right, op, left, result) == wanted
+def same_step(written: Step | Sum, wanted: Step | Sum) -> bool:
+    """Whether `written` is the step `wanted`: its operands in either order for `+` and `*`, in any order
+    for a sum of three or more terms."""
+    return _key(written) == _key(wanted)
+
+
+def _key(step: Step | Sum, with_result: bool = True) -> tuple:
+    """What identifies a step: its operator, its operands (sorted where they commute), and its result."""
+    if len(step) == 2:
+        (terms, result), op = step, "+"
+    else:
+        x, op, y, result = step
+        terms = (x, y)
+    operands = tuple(sorted(terms)) if op in "+*" else terms
+    return (op, operands, result) if with_result else (op, operands)
 
 
 @register_reward("steps")
@@ -178,9 +208,8 @@ def make_steps(task: Task) -> Reward:
         wanted, written, lines, odd = read
         if odd or not all(is_true(step) for step in written) or any(_value(a) != _value(b) for a, b in lines):
             return 0.0
-        written += _done_in(lines)
-        done = sum(any(same_step(w, step) for w in written) for step in wanted)
-        return done / len(wanted)
+        done = {_key(step) for step in written + _done_in(lines)}
+        return sum(_key(step) in done for step in wanted) / len(wanted)
 
     return steps_reward
 
@@ -212,18 +241,17 @@ def make_steps_attempted(task: Task) -> Reward:
         if read is None:
             return 0.0
         wanted, written, lines, _ = read
-        tried = {(x, op, y) for x, op, y, _ in written + _done_in(lines)}
-        tried |= {(y, op, x) for x, op, y in tried if op in "+*"}
-        return sum((x, op, y) in tried for x, op, y, _ in wanted) / len(wanted)
+        tried = {_key(step, with_result=False) for step in written + _done_in(lines)}
+        return sum(_key(step, with_result=False) in tried for step in wanted) / len(wanted)
 
     return steps_attempted_reward
 
 
-def _read(completion: str, example: dict, tags) -> tuple[list[Step], list[Step], list, int] | None:
+def _read(completion: str, example: dict, tags) -> tuple[list, list, list, int] | None:
     """The problem's steps, the thought's equations and longer lines of whole numbers, and how many of
     its equations are not of whole numbers; None when the problem has no steps or the thought holds more
     than `2 * steps + 2` equations (padding: nothing to pay)."""
-    wanted = [step for line in example.get("steps") or [] for step in equations(line)]
+    wanted = [step for line in example.get("steps") or [] for step in equations(line) + sums(line)]
     thought = _thought(completion, tags)
     (written, odd), lines = _scan(thought), _lines(thought)
     if not wanted or len(written) + odd + len(lines) > 2 * len(wanted) + 2:
@@ -231,8 +259,9 @@ def _read(completion: str, example: dict, tags) -> tuple[list[Step], list[Step],
     return wanted, written, [line for line in lines if line is not None], odd + lines.count(None)
 
 
-def _done_in(lines: list[tuple[Expression, Expression]]) -> list[Step]:
-    return [step for step in (step_done(left, right) for left, right in lines) if step]
+def _done_in(lines: list[tuple[Expression, Expression]]) -> list[Step | Sum]:
+    """The steps the longer lines do: the one operation a line works, or the sum it adds up."""
+    return [step for left, right in lines if (step := step_done(left, right) or _sum(left, right))]
 
 
 def _needs_worked_steps(task: Task, name: str) -> None:

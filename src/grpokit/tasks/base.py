@@ -47,8 +47,8 @@ class Task:
     # True when scoring runs a verifier in the sandbox worker (grpokit.sandbox.client), which needs the
     # kernel's confinement or the recipe's sandbox.allow_unconfined.
     uses_sandbox: bool = False
-    # True when every problem carries its worked solution as `x op y = z.` lines in `example["steps"]`,
-    # which the `steps` reward checks the thought against.
+    # True when every problem carries its worked solution as `x op y = z.` lines (a column of column
+    # addition: `4 + 2 + 1 = 7.`) in `example["steps"]`, which the `steps` reward checks the thought against.
     worked_steps: ClassVar[bool] = False
 
     def __init__(self, config: Any) -> None:
