@@ -3,6 +3,7 @@ with the wheel (a fresh virtual environment outside the checkout runs them)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -82,6 +83,7 @@ def test_grpokit_version_names_grpokit_and_its_libraries(capsys):
 def test_the_built_wheel_installs_and_runs_outside_the_checkout(tmp_path, tiny_model_dir):
     """The wheel holds the recipes and data: installed into a fresh virtual environment (its dependencies
     read from this one's site-packages, so nothing downloads), run from a folder outside the checkout."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}  # no source tree anywhere
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist, ROOT],
@@ -95,6 +97,7 @@ def test_the_built_wheel_installs_and_runs_outside_the_checkout(tmp_path, tiny_m
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel],
         check=True,
+        env=env,
         capture_output=True,
     )
     purelib = subprocess.run(
@@ -108,30 +111,19 @@ def test_the_built_wheel_installs_and_runs_outside_the_checkout(tmp_path, tiny_m
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
-    def grpokit(*args: str) -> str:
-        done = subprocess.run(
-            [venv / "bin" / "grpokit", *args], cwd=elsewhere, capture_output=True, text=True, timeout=600
-        )
+    def run(*command: object) -> str:
+        done = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
-    where = subprocess.run(
-        [python, "-c", "import grpokit; print(grpokit.__file__, grpokit.__version__)"],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    def grpokit(*args: str) -> str:
+        return run(venv / "bin" / "grpokit", *args)
+
+    where = run(python, "-c", "import grpokit; print(grpokit.__file__, grpokit.__version__)")
     assert where.startswith(purelib) and "0+unknown" not in where  # the installed copy, with its version
     assert "smollm2/arithmetic_grpo" in grpokit("recipes")
     assert grpokit("--version").startswith("grpokit ")
-    loaded = subprocess.run(
-        [python, "-c", "import grpokit; print(grpokit.load_recipe('smollm2/math_grpo').source)"],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    loaded = run(python, "-c", "import grpokit; print(grpokit.load_recipe('smollm2/math_grpo').source)")
     assert loaded.startswith(purelib)  # the recipe and its data file came with the wheel
     recipe = elsewhere / "tiny.yaml"
     recipe.write_text(yaml.safe_dump(tiny_recipe(tiny_model_dir, elsewhere / "runs")), encoding="utf-8")

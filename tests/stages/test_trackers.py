@@ -10,21 +10,9 @@ import pytest
 
 from grpokit.recipe.load import build_recipe
 from tests.conftest import tiny_recipe
+from tests.stages.test_pipeline import make_boom  # noqa: F401  (named by dotted path below)
 
-
-def make_boom(task):
-    """A reward (named by its dotted path) that raises on every other call: a health warning at step 1."""
-    calls = []
-
-    def boom(completion, example):
-        calls.append(1)
-        if len(calls) % 2:
-            raise RuntimeError("verifier crashed")
-        return 0.5
-
-    return boom
-
-
+# make_boom (test_pipeline's, named here by this module's path) raises on every other call: a health warning at step 1
 REWARDS = [{"name": "format"}, {"name": "tests.stages.test_trackers.make_boom"}]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from grpokit import __version__, shipped
 from grpokit.errors import DiskFullError, RecipeError, TrainingInterrupted
 from grpokit.eval import chat, evaluate
-from grpokit.models import export, load, push
+from grpokit.models import export, load
 from grpokit.recipe import draft
 from grpokit.recipe.load import apply_override, build_recipe, load_recipe
 from grpokit.recipe.schema import Recipe
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         "export", help="merge a run's LoRA into its base model: a plain transformers folder with a model card"
     )
     ex.add_argument("run_dir")
-    ex.add_argument("out", nargs="?", help=f"a new folder (default: RUN_DIR/{push.EXPORT_DIRNAME})")
+    ex.add_argument("out", nargs="?", help=f"a new folder (default: RUN_DIR/{export.EXPORT_DIRNAME})")
 
     ps = sub.add_parser("push", help="export a run (unless it was) and upload it to the Hugging Face Hub")
     ps.add_argument("run_dir")
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ps.add_argument("--private", action="store_true", help="create the repo private (an existing repo keeps its own)")
     ps.add_argument(
         "--export-dir",
-        help=f"the exported folder to upload, exported there first if new (default: RUN_DIR/{push.EXPORT_DIRNAME})",
+        help=f"the exported folder to upload, exported there first if new (default: RUN_DIR/{export.EXPORT_DIRNAME})",
     )
 
     ch = sub.add_parser("chat", help="chat in the terminal with a run or model, using the task's system prompt")
@@ -262,12 +262,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    out = args.out or push.default_export_dir(Path(args.run_dir))
+    out = args.out or export.default_export_dir(Path(args.run_dir))
     print(f"exported: {export.main(args.run_dir, out)} (model card: README.md)")
     return 0
 
 
 def cmd_push(args: argparse.Namespace) -> int:
+    # slow import: huggingface_hub's HfApi, for this command only (every other command starts without it)
+    from grpokit.models import push
+
     try:
         url = push.main(args.run_dir, args.repo_id, args.private, args.export_dir)
     except ValueError as err:

@@ -23,6 +23,12 @@ from grpokit.tasks.base import render_prompt
 
 log = logging.getLogger(__name__)
 
+EXPORT_DIRNAME = "export"  # RUN/export: where `grpokit export` and `grpokit push` put a run when not told otherwise
+
+
+def default_export_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / EXPORT_DIRNAME
+
 
 def default_system_template(template: str, system_prompt: str) -> str:
     """Wrap a chat template so that a conversation without a system message gets `system_prompt`.

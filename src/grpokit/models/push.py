@@ -19,12 +19,7 @@ from grpokit.models.card import write_card
 
 log = logging.getLogger(__name__)
 
-EXPORT_DIRNAME = "export"  # RUN/export: where `grpokit push` exports a run when not told otherwise
 LOGIN = "set HF_TOKEN to a token with write access, or run `hf auth login` (`huggingface-cli login` before it)"
-
-
-def default_export_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / EXPORT_DIRNAME
 
 
 def is_export(folder: Path) -> bool:
@@ -60,7 +55,7 @@ def main(run_dir: str | Path, repo_id: str, private: bool = False, export_dir: s
         raise FileNotFoundError(f"{run_dir} has no recipe.yaml: push takes a grpokit run directory")
     if "/" not in repo_id:
         raise ValueError(f"repo id {repo_id!r}: use owner/name, e.g. your-name/{run_dir.parent.name}-grpo")
-    folder = Path(export_dir) if export_dir else default_export_dir(run_dir)
+    folder = Path(export_dir) if export_dir else export.default_export_dir(run_dir)
     exported = folder.is_dir() and is_export(folder)
     if not exported and folder.exists() and any(folder.iterdir()):
         raise FileExistsError(
