@@ -30,7 +30,7 @@ NUMERIC_SHARE = 0.9  # answers that read as numbers, at least, for the numeric c
 MIN_QUESTIONS = 20  # distinct questions, at least: a few to hold out, the rest to train on
 MAX_HELD_OUT = 50  # rows each held-out split needs at most (10% of the rows when fewer)
 DEMOS_PER_STEP = 16  # the warm-up's batch, as in the default recipe
-MAX_DEMOS, MAX_GRPO_STEPS = 480, 55  # the default recipe's warm-up and GRPO stage (a ~20-40 minute run on 2 cores)
+MAX_DEMOS, MAX_GRPO_STEPS = 480, 55  # at most the default recipe's warm-up and GRPO stage
 
 
 @dataclass(frozen=True)
