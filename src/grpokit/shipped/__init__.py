@@ -75,9 +75,9 @@ def find(name: str) -> Path:
     ends in one, such as `recipes/smollm2/arithmetic_grpo.yaml`); RecipeError naming the closest otherwise."""
     stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
     stem = stem.removeprefix("recipes/")
-    for recipe in shipped():
-        if recipe.name == stem:
-            return recipe.path
+    path = SHIPPED / f"{stem}.yaml"
+    if stem.count("/") == 1 and path.is_file() and not is_launch_config(path):
+        return path
     known = names()
     raise RecipeError(
         f"recipe file not found: {name}, and no shipped recipe has that name.{did_you_mean(stem, known)} "
