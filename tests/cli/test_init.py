@@ -54,6 +54,7 @@ def test_init_guesses_columns_and_checker_and_writes_a_recipe_that_loads(tmp_pat
     assert params["checker"] == "numeric" and recipe.model.name == "embedded" and recipe.lora.enabled
     assert [(s.name, s.kind) for s in recipe.stages] == [("warmup", "sft"), ("grpo", "grpo")]
     assert recipe.dynamic_sampling.guide
+    assert [r.name for r in recipe.rewards] == ["format", "steps", "correctness"]  # the solutions are equations
     counts = held_out_counts(recipe)
     assert counts["validation"] >= 30 and counts["test"] >= 30  # min(50, 10% of 300)
     assert recipe.eval.n <= counts["test"] and recipe.eval.every_n <= counts["validation"]
@@ -74,6 +75,7 @@ def test_without_solutions_text_answers_get_the_exact_checker_and_no_warmup(tmp_
     recipe = load_recipe(tmp_path / "sub" / "r.yaml")
     assert recipe.task.params["checker"] == "exact" and "solution_column" not in recipe.task.params
     assert [s.kind for s in recipe.stages] == ["grpo"] and not recipe.dynamic_sampling.guide
+    assert [r.name for r in recipe.rewards] == ["format", "correctness"]
     counts = held_out_counts(recipe)
     assert counts["validation"] >= 8 and counts["test"] >= 8  # min(50, 10% of 80)
 
@@ -193,3 +195,16 @@ def test_init_then_one_sft_and_one_grpo_step_on_the_tiny_model(tiny_model_dir, t
     logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {r["stage"] for r in logged} == {"warmup", "grpo"}
     assert [r["step"] for r in logged if r["stage"] == "grpo" and "reward" in r] == [1]
+
+
+def test_solutions_in_words_warm_up_but_get_no_steps_reward(tmp_path, monkeypatch):
+    """The `steps` reward is drafted only when the solutions are `x op y = z` equations it can read."""
+    monkeypatch.chdir(tmp_path)
+    rows = problems(120)
+    for i, row in enumerate(rows, 1):
+        row["rationale"] = f"There are {i} rows of seven eggs, so multiply."
+    write_csv(tmp_path / "eggs.csv", rows)
+    assert main(["init", "eggs.csv"]) == 0
+    recipe = load_recipe(tmp_path / "eggs_grpo.yaml")
+    assert [s.kind for s in recipe.stages] == ["sft", "grpo"]
+    assert [r.name for r in recipe.rewards] == ["format", "correctness"]

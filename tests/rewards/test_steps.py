@@ -222,3 +222,35 @@ def test_listing_every_column_sum_earns_nothing():
             assert reward(worked(row), row) == 1.0
             assert reward(worked(row, steps=row["steps"] + listed[:2]), row) == 1.0
             assert reward(worked(row, steps=row["steps"] + listed), row) == 0.0
+
+
+DIVISION = {"steps": ["13 - 3 = 10. 10 / 2 = 5."], "answer": 5}  # a custom task's worked solution, one line
+
+
+@pytest.mark.parametrize(
+    ("thought", "expected"),
+    [
+        ("13 - 3 = 10. 10 / 2 = 5.", 1.0),
+        ("13 - 3 = 10. 10 ÷ 2 = 5.", 1.0),  # the division sign
+        ("13 - 3 = 10, so each gets 5.", 0.5),
+        ("13 - 3 = 10. 2 / 10 = 5.", 0.0),  # operands swapped: a false division (it does not commute)
+        ("13 - 3 = 10. 10 / 2 = 4.", 0.0),  # a false quotient
+        ("13 - 3 = 10. 11 / 2 = 5.", 0.0),  # not exact: 5.5 is no whole number
+        ("13 - 3 = 10. 10 / 0 = 5.", 0.0),  # by zero
+        ("13 - 3 = 10. 10 / 2 = 5/1.", 0.0),  # a fraction after the result: not a whole number
+        ("13 - 3 = 10 / 2 = 5", 1.0),  # a chain through a division
+        ("13 - 3 / 2 = 5. 13 - 3 = 10.", 0.0),  # a division inside a longer line: not a step, scored as false
+    ],
+)
+def test_exact_division_is_a_step(task, thought, expected):
+    """Divisions are read only as `x / y = z` equations, true only when exact; the text is never evaluated."""
+    assert make_reward("steps", task)(f"<think>{thought}</think><answer>5</answer>", DIVISION) == expected
+
+
+def test_worked_says_whether_a_solution_reads_as_steps():
+    from grpokit.rewards.steps import worked
+
+    assert worked("7 * 11 = 77. 77 + 20 = 97.") and worked("152 / 8 = 19.") and worked("3 * 60 = 180 + 11 = 191")
+    assert not worked("Multiply 7 by 11, then add 20.")  # no equation
+    assert not worked("7 * 11 = 78. 78 + 20 = 98.")  # a false one
+    assert not worked("9 / 2 = 4.5")  # not whole numbers

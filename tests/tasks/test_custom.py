@@ -145,6 +145,60 @@ def test_a_solution_column_gives_demonstrations_in_the_recipes_tags(tmp_path):
     )
 
 
+def test_worked_solutions_are_the_steps_the_steps_reward_pays(tmp_path):
+    """Solutions written as `x op y = z` equations are each row's `steps`: a thought earns a share per step
+    written right, 0 with a false equation; the row's own demonstration earns it all."""
+    rows = [
+        {
+            "question": f"Ann buys {i} pens at 3 dollars and pays with 100. Change?",
+            "answer": str(100 - 3 * i),
+            "solution": f"{i} * 3 = {3 * i}. 100 - {3 * i} = {100 - 3 * i}.",
+        }
+        for i in range(1, 31)
+    ] + [
+        {"question": f"{4 * i} sweets shared by 4. Each?", "answer": str(i), "solution": f"{4 * i} / 4 = {i}."}
+        for i in range(1, 31)
+    ]
+    task = build_task("custom", {"path": str(write_jsonl(tmp_path / "qa.jsonl", rows)), "solution_column": "solution"})
+    assert task.worked_steps
+    reward = make_reward("steps", task)
+    assert all(reward(task.demonstration(row), row) == 1.0 for row in task.rows)
+    row = next(r for r in task.rows if r["question"].startswith("Ann buys 7 "))
+    assert row["steps"] == ["7 * 3 = 21. 100 - 21 = 79."]
+    assert reward("<think>7 * 3 = 21. So 79.</think><answer>79</answer>", row) == 0.5
+    assert reward("<think>7 * 3 = 21. 100 - 21 = 89.</think><answer>89</answer>", row) == 0.0
+    share = next(r for r in task.rows if r["question"].startswith("28 sweets"))
+    assert reward("<think>28 / 4 = 7.</think><answer>7</answer>", share) == 1.0
+    assert reward("<think>28 / 4 = 6.</think><answer>6</answer>", share) == 0.0
+    weights = [(n, 1.0, make_reward(n, task)) for n in ("format", "steps", "correctness")]
+    assert check(task, weights, task.rows[:8]) == []  # the gaming battery finds nothing with steps added
+
+
+@pytest.mark.parametrize(
+    ("solution", "message"),
+    [
+        (None, "set task.params.solution_column"),
+        (lambda i: f"Multiply {i} by 3.", r"60 of 60 rows have no worked solution written as `x op y = z`.*line 1"),
+        (lambda i: f"{i} * 3 = {3 * i}." if i > 3 else f"{i} * 3 = {3 * i + 1}.", None),  # 3 false of 60: allowed
+    ],
+)
+def test_the_steps_reward_needs_solutions_written_as_equations(tmp_path, solution, message):
+    rows = [{"question": f"{i} pens at 3 each?", "answer": str(3 * i)} for i in range(1, 61)]
+    params = {"path": str(tmp_path / "qa.jsonl")}
+    if solution is not None:
+        for i, row in enumerate(rows, 1):
+            row["solution"] = solution(i)
+        params["solution_column"] = "solution"
+    task = build_task("custom", {**params, "path": str(write_jsonl(tmp_path / "qa.jsonl", rows))})
+    if message is None:
+        assert task.worked_steps and sum(not row["steps"] for row in task.rows) == 3
+        make_reward("steps", task)
+        return
+    assert not task.worked_steps
+    with pytest.raises(ValueError, match=f"reward 'steps' needs .*{message}"):
+        make_reward("steps", task)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -20,7 +20,7 @@ from pathlib import Path
 from grpokit.errors import RecipeError
 from grpokit.recipe.load import load_recipe
 from grpokit.tasks.base import Example, normalise_question, split_of
-from grpokit.tasks.custom import CustomConfig, read_number, read_records, to_example
+from grpokit.tasks.custom import WORKED_SHARE, CustomConfig, read_number, read_records, to_example
 from grpokit.tasks.parsing import THINK_TAGS
 
 QUESTION_NAMES = ("question", "problem", "prompt", "input", "instruction", "query")
@@ -48,6 +48,7 @@ class Draft:
     splits: dict[str, int]  # distinct questions per split
     held_out_fraction: float  # validation_fraction and test_fraction, each
     solutions: bool  # every row has a worked solution: the recipe warms up on them
+    worked_steps: float  # the share of rows whose solutions are `x op y = z` steps the `steps` reward reads
     sft_examples: int
     sft_steps: int
     grpo_steps: int
@@ -108,6 +109,7 @@ def draft(
         splits=splits,
         held_out_fraction=fraction,
         solutions=solutions,
+        worked_steps=sum(bool(row["steps"]) for row in rows) / len(rows),
         sft_examples=examples if solutions else 0,
         sft_steps=examples // DEMOS_PER_STEP if solutions else 0,
         grpo_steps=min(MAX_GRPO_STEPS, max(10, train // 4)),  # each training question drawn about twice
@@ -195,8 +197,14 @@ def render(d: Draft, out: Path) -> str:
         f"    test_fraction: {d.held_out_fraction}",
         "rewards:",
         "  - {name: format, weight: 0.5}  # <think>...</think><answer>...</answer> and nothing else",
-        "  - {name: correctness, weight: 1.0}",
     ]
+    if d.solutions and d.worked_steps >= WORKED_SHARE:
+        lines.append(
+            f"  # {d.worked_steps:.0%} of the solutions are `x op y = z` steps: each one the thought writes right "
+            "pays, a false equation pays 0"
+        )
+        lines.append("  - {name: steps, weight: 0.5}")
+    lines.append("  - {name: correctness, weight: 1.0}")
     if d.solutions:
         lines += [
             "cold_start:",

@@ -18,6 +18,11 @@ recipe's tags, the solution from `solution_column` or the conversation; with no 
 `demonstrate_answers: true`, the answer after an empty thought (it teaches the tags, not the reasoning).
 Otherwise the task writes none, and a recipe with an sft stage is refused with the fix named.
 
+Worked solutions written as `x op y = z` equations of whole numbers (`7 * 11 = 77. 77 + 20 = 97.`, divisions
+exact) are also each row's `steps`, so the `steps` reward pays a thought per step written right; it is
+allowed when at least 90% of the rows' solutions read so (`grpokit.rewards.steps.worked`; the others get no
+steps, so their groups tie on it).
+
 Checkers: `exact` (whitespace-normalised string equality), `numeric` (exact rational comparison of
 integers, decimals (`.5`, `5.`) or fractions (`3/4`, `1 / 2`, `-1/-2`, `\\frac{1}{2}`); blanks ignored, a
 unicode minus read as a minus, commas as thousands separators allowed) and `math`
@@ -46,6 +51,7 @@ from grpokit.tasks.parsing import THINK_TAGS, extract_answer
 from grpokit.tasks.registry import register_task
 
 CHECKERS = ("exact", "numeric", "math")
+WORKED_SHARE = 0.9  # the share of rows whose solutions must read as steps for the `steps` reward
 _DECIMAL = r"[-+]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: `5.`, `.5`, `1,000`
 _NUMBER = re.compile(rf"(?P<top>{_DECIMAL})(?:/(?P<bottom>{_DECIMAL}))?")
 _LATEX_FRACTION = re.compile(r"(?P<sign>[-+]?)\\[dt]?frac\{(?P<top>[^{}]*)\}\{(?P<bottom>[^{}]*)\}")
@@ -113,12 +119,30 @@ class CustomTask(Task):
 
     @property
     def rows(self) -> list[Example]:
-        """Every row as an example (`question`, `answer`, `solution` ("" for none), `where`), read on first use."""
+        """Every row as an example (`question`, `answer`, `solution` ("" for none), `steps`, `where`), read on
+        first use."""
         if self._rows is None:
             cfg = self.config
             self._rows = [to_example(where, row, cfg) for where, row in read_records(cfg.path, cfg.split, cfg.subset)]
             self._unsolved = [row["where"] for row in self._rows if not row["solution"]]
         return self._rows
+
+    @property
+    def worked_steps(self) -> bool:  # type: ignore[override]  # per data set, not per class
+        """True when at least 90% of the rows carry worked steps (`steps`): the `steps` reward can pay them."""
+        rows = self.rows
+        return bool(rows) and sum(bool(row["steps"]) for row in rows) >= WORKED_SHARE * len(rows)
+
+    def worked_steps_hint(self) -> str:
+        """Why the `steps` reward is refused, and the fix."""
+        rows = self.rows
+        plain = [row["where"] for row in rows if not row["steps"]]
+        if len(self._unsolved) == len(rows):
+            return "set task.params.solution_column to a column of worked solutions (`7 * 11 = 77. 77 + 20 = 97.`)"
+        return (
+            f"{len(plain)} of {len(rows)} rows have no worked solution written as `x op y = z` equations of whole "
+            f"numbers, all true (first: {plain[0]}); {WORKED_SHARE:.0%} must have one"
+        )
 
     @property
     def splits(self) -> dict[str, list[Example]]:
@@ -217,7 +241,10 @@ def read_records(path: str, split: str = "train", subset: str | None = None) -> 
 
 
 def to_example(where: str, row: dict[str, Any], cfg: CustomConfig) -> Example:
-    """One row as an example; every error names the row and the column, and the fix."""
+    """One row as an example (`question`, `answer`, `solution`, `steps`: [solution] when it reads as worked
+    steps, else []); every error names the row and the column, and the fix."""
+    from grpokit.rewards.steps import worked  # here: grpokit.rewards imports the tasks
+
     question = read_question(where, row, cfg.question_column)
     answer, solution = read_answer(where, row, cfg.answer_column)
     if cfg.solution_column is not None:
@@ -231,7 +258,8 @@ def to_example(where: str, row: dict[str, Any], cfg: CustomConfig) -> Example:
             raise ValueError(
                 f"{where} column {column!r}: the worked solution holds the tag {tag}; write it without tags"
             )
-    return {"question": question, "answer": answer, "solution": solution or "", "where": where}
+    steps = [solution] if solution and worked(solution) else []
+    return {"question": question, "answer": answer, "solution": solution or "", "steps": steps, "where": where}
 
 
 def read_question(where: str, row: dict[str, Any], column: str | None) -> str:
