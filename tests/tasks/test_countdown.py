@@ -284,3 +284,26 @@ def test_loads_the_hub_schema_from_a_file_and_a_hub_style_folder(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"numbers": [1, 2], "target": 3}\n', encoding="utf-8")
     with pytest.raises(RecipeError, match=r"bad.jsonl line 1 has no column 'nums'"):
         build_task("countdown", {"source": str(tmp_path / "bad.jsonl")})
+
+
+def test_answer_operators_counts_products_and_quotients_in_a_runs_answers(tmp_path, capsys):
+    """scripts/answer_operators.py: the share of (right) answers that use `*` or `/` (issue 56's figure)."""
+    import json
+
+    from tests.conftest import load_script
+
+    script = load_script("scripts/answer_operators.py")
+    samples = [
+        {"completion": "<think>t</think><answer>(3 + 4) * 2</answer>", "correct": True},
+        {"completion": "<think>t</think><answer>12 / 4 + 1</answer>", "correct": True},
+        {"completion": "<think>t</think><answer>(12 + 4) - 1</answer>", "correct": True},
+        {"completion": "<think>t</think><answer>3 × 4 ÷ 2</answer>", "correct": False},
+        {"completion": "no answer at all", "correct": False},
+    ]
+    table = script.count(samples)
+    assert table["right"] == {"answers": 3, "product": 1, "quotient": 1, "either": 2}
+    assert table["all"] == {"answers": 4, "product": 2, "quotient": 2, "either": 3}
+    (tmp_path / "eval_after.json").write_text(json.dumps({"samples": samples}), encoding="utf-8")
+    assert script.main([str(tmp_path)]) == 0
+    assert "| right | 3 | 1 (33%) | 1 (33%) | 2 (67%) | 1 (33%) |" in capsys.readouterr().out
+    assert script.main([str(tmp_path), "--stage", "warmup"]) == 2
