@@ -54,7 +54,11 @@ def test_init_guesses_columns_and_checker_and_writes_a_recipe_that_loads(tmp_pat
     assert params["checker"] == "numeric" and recipe.model.name == "embedded" and recipe.lora.enabled
     assert [(s.name, s.kind) for s in recipe.stages] == [("warmup", "sft"), ("grpo", "grpo")]
     assert recipe.dynamic_sampling.guide
-    assert [r.name for r in recipe.rewards] == ["format", "steps", "correctness"]  # the solutions are equations
+    assert [r.name for r in recipe.rewards] == ["format", "correctness"]
+    assert "\n  # - {name: steps, weight: 0.5}\n" in text  # the solutions are equations: per-step credit offered
+    uncommented = text.replace("  # - {name: steps, weight: 0.5}", "  - {name: steps, weight: 0.5}")
+    (tmp_path / "steps.yaml").write_text(uncommented, encoding="utf-8")
+    assert [r.name for r in load_recipe(tmp_path / "steps.yaml").rewards] == ["format", "correctness", "steps"]
     counts = held_out_counts(recipe)
     assert counts["validation"] >= 30 and counts["test"] >= 30  # min(50, 10% of 300)
     assert recipe.eval.n <= counts["test"] and recipe.eval.every_n <= counts["validation"]
@@ -76,6 +80,7 @@ def test_without_solutions_text_answers_get_the_exact_checker_and_no_warmup(tmp_
     assert recipe.task.params["checker"] == "exact" and "solution_column" not in recipe.task.params
     assert [s.kind for s in recipe.stages] == ["grpo"] and not recipe.dynamic_sampling.guide
     assert [r.name for r in recipe.rewards] == ["format", "correctness"]
+    assert "name: steps" not in (tmp_path / "sub" / "r.yaml").read_text(encoding="utf-8")
     counts = held_out_counts(recipe)
     assert counts["validation"] >= 8 and counts["test"] >= 8  # min(50, 10% of 80)
 
@@ -197,8 +202,8 @@ def test_init_then_one_sft_and_one_grpo_step_on_the_tiny_model(tiny_model_dir, t
     assert [r["step"] for r in logged if r["stage"] == "grpo" and "reward" in r] == [1]
 
 
-def test_solutions_in_words_warm_up_but_get_no_steps_reward(tmp_path, monkeypatch):
-    """The `steps` reward is drafted only when the solutions are `x op y = z` equations it can read."""
+def test_solutions_in_words_warm_up_but_are_offered_no_steps_reward(tmp_path, monkeypatch):
+    """The `steps` reward is offered only when the solutions are `x op y = z` equations it can read."""
     monkeypatch.chdir(tmp_path)
     rows = problems(120)
     for i, row in enumerate(rows, 1):
@@ -207,4 +212,4 @@ def test_solutions_in_words_warm_up_but_get_no_steps_reward(tmp_path, monkeypatc
     assert main(["init", "eggs.csv"]) == 0
     recipe = load_recipe(tmp_path / "eggs_grpo.yaml")
     assert [s.kind for s in recipe.stages] == ["sft", "grpo"]
-    assert [r.name for r in recipe.rewards] == ["format", "correctness"]
+    assert "name: steps" not in (tmp_path / "eggs_grpo.yaml").read_text(encoding="utf-8")

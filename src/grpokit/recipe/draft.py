@@ -198,13 +198,13 @@ def render(d: Draft, out: Path) -> str:
         "rewards:",
         "  - {name: format, weight: 0.5}  # <think>...</think><answer>...</answer> and nothing else",
     ]
-    if d.solutions and d.worked_steps >= WORKED_SHARE:
-        lines.append(
-            f"  # {d.worked_steps:.0%} of the solutions are `x op y = z` steps: each one the thought writes right "
-            "pays, a false equation pays 0"
-        )
-        lines.append("  - {name: steps, weight: 0.5}")
     lines.append("  - {name: correctness, weight: 1.0}")
+    if d.solutions and d.worked_steps >= WORKED_SHARE:
+        lines += [
+            f"  # {d.worked_steps:.0%} of the solutions are `x op y = z` steps, so per-step credit is available:",
+            "  # each step the thought writes right pays a share, a false equation pays 0. Uncomment to try it.",
+            "  # - {name: steps, weight: 0.5}",
+        ]
     if d.solutions:
         lines += [
             "cold_start:",
