@@ -2,8 +2,10 @@
 
     python scripts/answer_operators.py RUN [--stage after]
 
-Reads `RUN/eval_<stage>.json` (the greedy test-split samples every run writes) and prints, for all answers
-and for the right ones, the share that use `*` (or `×`), `/` (or `÷`), either, and neither (`+`/`-` only).
+Reads `RUN/eval_<stage>.json` (the greedy test-split evaluation every run writes) and prints, for its stored
+samples (all answers, the right ones) and its stored wrong answers (`mistakes`), the share that use `*` (or
+`×`), `/` (or `÷`), either, and neither (`+`/`-` only). The file keeps a sample of the problems and up to 100
+wrong answers, not every completion: the header says how many.
 A policy that only ever writes `(a + b) - c` shows as 100% "neither"; issue 56 asks for this figure.
 """
 
@@ -44,9 +46,9 @@ def count(samples: list[dict]) -> dict[str, dict[str, int]]:
     return table
 
 
-def render(table: dict[str, dict[str, int]], n: int) -> str:
+def render(table: dict[str, dict[str, int]], header: str) -> str:
     lines = [
-        f"{n} problems",
+        header,
         "| answers | n | with * | with / | with * or / | + and - only |",
         "|---|---|---|---|---|---|",
     ]
@@ -70,8 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         print(f"{path} not found: give a run folder and a stage it evaluated (before, after, a stage name)")
         return 2
-    samples = json.loads(path.read_text(encoding="utf-8"))["samples"]
-    print(render(count(samples), len(samples)))
+    evaluation = json.loads(path.read_text(encoding="utf-8"))
+    samples, mistakes = evaluation["samples"], evaluation.get("mistakes", [])
+    table = count(samples)
+    table["wrong (stored)"] = count(mistakes)["all"]
+    n = evaluation.get("n", len(samples))
+    print(render(table, f"{n} problems: {len(samples)} samples and {len(mistakes)} wrong answers stored"))
     return 0
 
 
