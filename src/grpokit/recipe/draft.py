@@ -197,8 +197,8 @@ def render(d: Draft, out: Path) -> str:
         f"    test_fraction: {d.held_out_fraction}",
         "rewards:",
         "  - {name: format, weight: 0.5}  # <think>...</think><answer>...</answer> and nothing else",
+        "  - {name: correctness, weight: 1.0}",
     ]
-    lines.append("  - {name: correctness, weight: 1.0}")
     if d.solutions and d.worked_steps >= WORKED_SHARE:
         lines += [
             f"  # {d.worked_steps:.0%} of the solutions are `x op y = z` steps, so per-step credit is available:",

@@ -49,6 +49,7 @@ _LINE = re.compile(rf"(?<![0-9)])(?=((?:{_FIRST})(?:{_MORE}){{2,8}})\s*=\s*((?:{
 # A longer expression holding a division, equated to something (`24 / 2 + 7 = 19`, `13 - 3 / 2 = 5`): not read
 # as steps, scored as an equation not of whole numbers.
 _DIVIDED_LINE = re.compile(rf"(?<![0-9)])(?:{_FIRST})(?:\s*(?:{_OP}|{_DIVIDE})\s*(?:{_TERM})){{2,8}}\s*=")
+_HAS_DIVIDE = re.compile(_DIVIDE)
 _PART = re.compile(rf"({_TERM})|({_OP})")
 # An `x op y` right after `n op` is the tail of a longer expression (`1 * 5` in `4 + 1 * 5 = 4 + 5`), not
 # the left side of an equation; a sign right after a number is a minus (`3 -5`).
@@ -97,7 +98,7 @@ def _scan(text: str) -> tuple[list[Step], int]:
             continue
         left, op, right, result = match.groups()
         found.append((_int(left), _OPERATOR[op], _int(right), _int(result)))
-    divided = sum(bool(re.search(_DIVIDE, m.group())) for m in _DIVIDED_LINE.finditer(text))
+    divided = sum(bool(_HAS_DIVIDE.search(m.group())) for m in _DIVIDED_LINE.finditer(text))
     return found, inexact_count + divided
 
 
