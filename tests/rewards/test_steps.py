@@ -200,7 +200,7 @@ def test_column_steps_are_paid_column_by_column(task, thought, steps, attempted)
 
 
 def test_a_column_of_three_terms_is_read_as_one_sum():
-    from grpokit.rewards.steps import equations, sums
+    from grpokit.tasks.equations import equations, sums
 
     text = "7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71."
     assert equations(text) == [(7, "+", 4, 11), (47, "+", 24, 71)]  # `2 + 1 = 7` is not read out of it
@@ -248,7 +248,7 @@ def test_exact_division_is_a_step(task, thought, expected):
 
 
 def test_worked_says_whether_a_solution_reads_as_steps():
-    from grpokit.rewards.steps import worked
+    from grpokit.tasks.equations import worked
 
     assert worked("7 * 11 = 77. 77 + 20 = 97.") and worked("152 / 8 = 19.") and worked("3 * 60 = 180 + 11 = 191")
     assert not worked("Multiply 7 by 11, then add 20.")  # no equation

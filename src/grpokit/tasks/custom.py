@@ -20,7 +20,7 @@ Otherwise the task writes none, and a recipe with an sft stage is refused with t
 
 Worked solutions written as `x op y = z` equations of whole numbers (`7 * 11 = 77. 77 + 20 = 97.`, divisions
 exact) are also each row's `steps`, so the `steps` reward pays a thought per step written right; it is
-allowed when at least 90% of the rows' solutions read so (`grpokit.rewards.steps.worked`; the others get no
+allowed when at least 90% of the rows' solutions read so (`grpokit.tasks.equations.worked`; the others get no
 steps, so their groups tie on it).
 
 Checkers: `exact` (whitespace-normalised string equality), `numeric` (exact rational comparison of
@@ -46,6 +46,7 @@ from typing import Any
 
 from grpokit.tasks.base import Example, Task, check_fractions, check_split, partition
 from grpokit.tasks.data import FILE_SUFFIXES, Record, is_local_file, load_split, read_file, require_columns
+from grpokit.tasks.equations import worked
 from grpokit.tasks.math_problems import math_score
 from grpokit.tasks.parsing import THINK_TAGS, extract_answer
 from grpokit.tasks.registry import register_task
@@ -243,8 +244,6 @@ def read_records(path: str, split: str = "train", subset: str | None = None) -> 
 def to_example(where: str, row: dict[str, Any], cfg: CustomConfig) -> Example:
     """One row as an example (`question`, `answer`, `solution`, `steps`: [solution] when it reads as worked
     steps, else []); every error names the row and the column, and the fix."""
-    from grpokit.rewards.steps import worked  # here: grpokit.rewards imports the tasks
-
     question = read_question(where, row, cfg.question_column)
     answer, solution = read_answer(where, row, cfg.answer_column)
     if cfg.solution_column is not None:
