@@ -395,7 +395,7 @@ def test_the_shipped_shop_math_file_is_reproducible_and_every_answer_is_its_solu
     shipped = path.read_text(encoding="utf-8")
     assert shipped == module.render(module.rows()), "data/shop_math.jsonl is stale: run scripts/make_shop_math.py"
     rows = [json.loads(line) for line in shipped.splitlines()]
-    assert len(rows) == 600
+    assert len(rows) == 800
     assert len({normalise_question(r["question"]) for r in rows}) == len(rows), "a question appears twice"
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
     for row in rows:
