@@ -131,7 +131,6 @@ def ages(rng: random.Random) -> Problem:
         child, factor = rng.randint(2, 9), rng.randint(2, 9)
         text, value = step(child, "*", factor)
         return f"{b} is {child} years old. {b}'s aunt is {factor} times as old. How old is the aunt?", text, value
-    gap = min(gap, age - 1)
     first, younger = step(age, "-", gap)
     second, later = step(younger, "+", years)
     return (
