@@ -1,4 +1,8 @@
+import json
+import re
 import threading
+from collections import Counter
+from fractions import Fraction
 
 import pytest
 
@@ -7,6 +11,7 @@ from grpokit.rewards import make_reward, to_trl
 from grpokit.rewards.redteam import check
 from grpokit.sandbox.client import shared_sandbox
 from grpokit.tasks import build_task
+from grpokit.tasks.base import normalise_question
 from grpokit.tasks.math_problems import boxed_answer, gsm8k_answer, math_score, math_scores
 from tests.data_files import GSM8K, NUMINA, write_hub_folder, write_jsonl
 
@@ -192,3 +197,48 @@ def test_shipped_word_problems_are_reproducible_and_all_golds_parse():
         rows = task.dataset(split, 100)
         assert all(task.score(task.demonstration(r), r) == 1.0 for r in rows)
     assert task.notes() == []
+
+
+def _number(text: str) -> Fraction:
+    """`7`, `2.5` or `\\frac{3}{4}`, read exactly; anything else fails the test."""
+    frac = re.fullmatch(r"\\frac\{(\d+)\}\{(\d+)\}", text)
+    if frac:
+        return Fraction(int(frac[1]), int(frac[2]))
+    assert re.fullmatch(r"\d+(\.\d+)?", text), f"not a number: {text!r}"
+    return Fraction(text)
+
+
+def _value(text: str) -> Fraction:
+    """One side of a worked step: a number, or two numbers joined by +, -, \\times or /."""
+    parts = re.split(r" (\+|-|\\times|/) ", text.strip())
+    if len(parts) == 1:
+        return _number(parts[0])
+    assert len(parts) == 3, f"more than one operation in {text!r}"
+    a, op, b = _number(parts[0]), parts[1], _number(parts[2])
+    return {"+": a + b, "-": a - b, "\\times": a * b, "/": a / b}[op]
+
+
+def test_every_step_of_the_shipped_word_problems_is_one_true_operation_and_ends_at_the_answer():
+    from tests.conftest import ROOT as root
+
+    rows = [json.loads(line) for line in (root / "data" / "word_problems.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 3000
+    assert len({normalise_question(r["problem"]) for r in rows}) == len(rows), "a question appears twice"
+    forms = Counter()
+    for row in rows:
+        *steps, boxed = re.findall(r"\$([^$]*)\$", row["solution"])
+        gold = re.fullmatch(r"\\boxed\{(.*)\}", boxed)[1]
+        assert steps, row
+        for step in steps:
+            sides = [side for side in step.split(" = ") if side.strip() != "x"]
+            if len(sides) == 1:  # a division that is its own value: `\\frac{9}{7}`, already in lowest terms
+                frac = re.fullmatch(r"\\frac\{(\d+)\}\{(\d+)\}", sides[0])
+                assert frac and _number(sides[0]).denominator == int(frac[2]) > 1, f"a bare {step!r} in {row}"
+                continue
+            assert len({_value(side) for side in sides}) == 1, f"false step {step!r} in {row}"
+        last = _value(steps[-1].split(" = ")[-1])
+        assert last == _number(gold.removesuffix("\\%")), row
+        forms["percent" if gold.endswith("\\%") else "fraction" if "frac" in gold else "decimal" if "." in gold
+              else "integer"] += 1
+    # The answer forms GSM8K and NuminaMath use, each a real share of the file.
+    assert min(forms.values()) >= 150 and set(forms) == {"integer", "fraction", "decimal", "percent"}, forms
