@@ -82,10 +82,14 @@ def problem(rng: random.Random) -> tuple[str, str]:
         price, count = Fraction(2 * rng.randint(1, 9) + 1, 2), rng.choice([3, 5, 7])  # odd: cents left
         whole = int(price)
         return (
-            f"{name} buys {count} {rng.choice(PRICED)} at ${float(price):.2f} each. How much does {name} pay, in dollars?",
+            f"{name} buys {count} {rng.choice(PRICED)} at ${float(price):.2f} each. "
+            f"How much does {name} pay, in dollars?",
             solution(
-                [f"{count} \\times {whole} = {count * whole}", f"{count} \\times 0.5 = {decimal(Fraction(count, 2))}",
-                 f"{count * whole} + {decimal(Fraction(count, 2))} = {decimal(count * price)}"],
+                [
+                    f"{count} \\times {whole} = {count * whole}",
+                    f"{count} \\times 0.5 = {decimal(Fraction(count, 2))}",
+                    f"{count * whole} + {decimal(Fraction(count, 2))} = {decimal(count * price)}",
+                ],
                 decimal(count * price),
             ),
         )
@@ -109,11 +113,13 @@ def problem(rng: random.Random) -> tuple[str, str]:
         base = step * rng.randint(1, 9)
         part = base // step
         steps = [f"{base} / {step} = {part}"] + ([f"2 \\times {part} = {2 * part}"] if pct == 20 else [])
-        question = rng.choice([
-            f"What is ${pct}\\%$ of ${base}$?",
-            f"A tank holds {base} liters and is {pct}% full. How many liters of water are in it?",
-            f"A school has {base} pupils and {pct}% of them are in the band. How many pupils are in the band?",
-        ])
+        question = rng.choice(
+            [
+                f"What is ${pct}\\%$ of ${base}$?",
+                f"A tank holds {base} liters and is {pct}% full. How many liters of water are in it?",
+                f"A school has {base} pupils and {pct}% of them are in the band. How many pupils are in the band?",
+            ]
+        )
         return question, solution(steps, str(base * pct // 100))
     if kind == 6:  # percent: a part of a whole
         whole = rng.choice([2, 4, 5, 10, 20, 25, 50])
@@ -122,7 +128,8 @@ def problem(rng: random.Random) -> tuple[str, str]:
             part = rng.randint(1, whole - 1)
         pct = 100 * part // whole
         return (
-            f"A club has {whole} members and {part} of them {(habit := rng.choice(HABITS))}. What percent of the members {habit}?",
+            f"A club has {whole} members and {part} of them {(habit := rng.choice(HABITS))}. "
+            f"What percent of the members {habit}?",
             solution([f"100 / {whole} = {100 // whole}", f"{part} \\times {100 // whole} = {pct}"], f"{pct}\\%"),
         )
     if kind == 7:  # integer: two numbers from their sum and difference
@@ -141,15 +148,18 @@ def problem(rng: random.Random) -> tuple[str, str]:
         )
     if kind == 9:  # integer: a perimeter
         return (
-            f"A {(shape := rng.choice(SHAPES))[0]} is {a} {shape[1]} long and {b} {shape[1]} wide. What is its perimeter in {shape[1]}?",
+            f"A {(shape := rng.choice(SHAPES))[0]} is {a} {shape[1]} long and {b} {shape[1]} wide. "
+            f"What is its perimeter in {shape[1]}?",
             solution([f"{a} + {b} = {a + b}", f"2 \\times {a + b} = {2 * (a + b)}"], str(2 * (a + b))),
         )
     if kind == 10:  # fraction or integer: an average
         x, y, z = (rng.randint(1, 9) for _ in range(3))
         return (
             f"What is the average of {x}, {y} and {z}?",
-            solution([f"{x} + {y} = {x + y}", f"{x + y} + {z} = {x + y + z}", divide(x + y + z, 3)],
-                     tex(Fraction(x + y + z, 3))),
+            solution(
+                [f"{x} + {y} = {x + y}", f"{x + y} + {z} = {x + y + z}", divide(x + y + z, 3)],
+                tex(Fraction(x + y + z, 3)),
+            ),
         )
     d = rng.randint(3, 9)  # fraction: a sum of two with one denominator
     p, q = rng.randint(1, d - 1), rng.randint(1, d - 1)

@@ -221,7 +221,9 @@ def _value(text: str) -> Fraction:
 def test_every_step_of_the_shipped_word_problems_is_one_true_operation_and_ends_at_the_answer():
     from tests.conftest import ROOT as root
 
-    rows = [json.loads(line) for line in (root / "data" / "word_problems.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line) for line in (root / "data" / "word_problems.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     assert len(rows) == 3000
     assert len({normalise_question(r["problem"]) for r in rows}) == len(rows), "a question appears twice"
     forms = Counter()
@@ -238,7 +240,14 @@ def test_every_step_of_the_shipped_word_problems_is_one_true_operation_and_ends_
             assert len({_value(side) for side in sides}) == 1, f"false step {step!r} in {row}"
         last = _value(steps[-1].split(" = ")[-1])
         assert last == _number(gold.removesuffix("\\%")), row
-        forms["percent" if gold.endswith("\\%") else "fraction" if "frac" in gold else "decimal" if "." in gold
-              else "integer"] += 1
+        forms[
+            "percent"
+            if gold.endswith("\\%")
+            else "fraction"
+            if "frac" in gold
+            else "decimal"
+            if "." in gold
+            else "integer"
+        ] += 1
     # The answer forms GSM8K and NuminaMath use, each a real share of the file.
     assert min(forms.values()) >= 150 and set(forms) == {"integer", "fraction", "decimal", "percent"}, forms
