@@ -7,8 +7,8 @@ import pytest
 from grpokit.cli.commands import main
 from grpokit.rewards import make_reward, redteam
 from grpokit.rewards.redteam import battery, check
-from grpokit.tasks.equations import equations
 from grpokit.tasks import TASKS, build_task, task_of
+from grpokit.tasks.equations import equations
 from grpokit.tasks.parsing import Tags
 from tests.data_files import build_test_task
 
