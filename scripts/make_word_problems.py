@@ -44,7 +44,8 @@ def decimal(value: Fraction) -> str:
 
 
 def divide(p: int, q: int) -> str:
-    """`p / q` as a step: `12 / 4 = 3`, or `\\frac{6}{4} = \\frac{3}{2}` when q does not divide p."""
+    """`p / q` as a step: `12 / 4 = 3`; `\\frac{6}{4} = \\frac{3}{2}` when q does not divide p; the bare
+    `\\frac{9}{7}` when that is already in lowest terms."""
     value = Fraction(p, q)
     if value.denominator == 1:
         return f"{p} / {q} = {value.numerator}"
