@@ -30,12 +30,17 @@ WORN = ["shirt", "jacket", "pair of shoes", "hat", "bag", "scarf"]
 SHAPES = [("rectangle", "cm"), ("garden", "m"), ("table top", "cm"), ("field", "m"), ("photo", "cm")]
 
 
+def frac(p: int, q: int) -> str:
+    """`\\frac{p}{q}` as written, not reduced."""
+    return f"\\frac{{{p}}}{{{q}}}"
+
+
 def tex(value: Fraction) -> str:
     """An integer as itself, any other fraction as `\\frac{p}{q}` in lowest terms."""
     if value.denominator == 1:
         return str(value.numerator)
     sign = "-" if value < 0 else ""
-    return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+    return sign + frac(abs(value.numerator), value.denominator)
 
 
 def decimal(value: Fraction) -> str:
@@ -49,7 +54,7 @@ def divide(p: int, q: int) -> str:
     value = Fraction(p, q)
     if value.denominator == 1:
         return f"{p} / {q} = {value.numerator}"
-    raw = f"\\frac{{{p}}}{{{q}}}"
+    raw = frac(p, q)
     return raw if tex(value) == raw else f"{raw} = {tex(value)}"
 
 
@@ -81,15 +86,15 @@ def problem(rng: random.Random) -> tuple[str, str]:
         )
     if kind == 3:  # money: a price in dollars and a half
         price, count = Fraction(2 * rng.randint(1, 9) + 1, 2), rng.choice([3, 5, 7])  # odd: cents left
-        whole = int(price)
+        whole, half = int(price), decimal(Fraction(count, 2))
         return (
             f"{name} buys {count} {rng.choice(PRICED)} at ${float(price):.2f} each. "
             f"How much does {name} pay, in dollars?",
             solution(
                 [
                     f"{count} \\times {whole} = {count * whole}",
-                    f"{count} \\times 0.5 = {decimal(Fraction(count, 2))}",
-                    f"{count * whole} + {decimal(Fraction(count, 2))} = {decimal(count * price)}",
+                    f"{count} \\times 0.5 = {half}",
+                    f"{count * whole} + {half} = {decimal(count * price)}",
                 ],
                 decimal(count * price),
             ),
@@ -165,10 +170,10 @@ def problem(rng: random.Random) -> tuple[str, str]:
     d = rng.randint(3, 9)  # fraction: a sum of two with one denominator
     p, q = rng.randint(1, d - 1), rng.randint(1, d - 1)
     value = Fraction(p + q, d)
-    steps = [f"\\frac{{{p}}}{{{d}}} + \\frac{{{q}}}{{{d}}} = \\frac{{{p + q}}}{{{d}}}"]
-    if tex(value) != f"\\frac{{{p + q}}}{{{d}}}":
-        steps.append(f"\\frac{{{p + q}}}{{{d}}} = {tex(value)}")
-    return f"Compute $\\frac{{{p}}}{{{d}}} + \\frac{{{q}}}{{{d}}}$.", solution(steps, tex(value))
+    steps = [f"{frac(p, d)} + {frac(q, d)} = {frac(p + q, d)}"]
+    if tex(value) != frac(p + q, d):
+        steps.append(f"{frac(p + q, d)} = {tex(value)}")
+    return f"Compute ${frac(p, d)} + {frac(q, d)}$.", solution(steps, tex(value))
 
 
 def rows(n: int = ROWS, seed: int = 0) -> list[dict[str, str]]:
