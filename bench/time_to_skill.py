@@ -1,13 +1,16 @@
-"""`make bench-skill`: held-out greedy accuracy against training time for the default recipe, and an
-SFT-only control given the same time.
+"""`make bench-skill`: held-out greedy accuracy against training time for a recipe (the default one unless
+`--recipe` names another), and an SFT-only control given the same time.
 
-Trains recipes/smollm2/arithmetic_grpo.yaml with a greedy eval on the full 200 held-out problems every
-`--every` GRPO steps, or reads a finished run with `--run RUN_DIR`. Then (unless `--no-control`) trains
-the control, or reads a finished one with `--control-run DIR`: the same recipe with its GRPO stages
-replaced by one sft stage, `sft_more`, on fresh demonstrations (the warm-up's batch size and learning
-rate), whose `max_minutes` is the GRPO stages' training time and which is evaluated every `--every` of
-its steps. Prints each curve, the first time 80% / 90% / 95% is reached and which method won after the
-same minutes past the warm-up; draws bench/out/time_to_skill.png and writes bench/out/time_to_skill.json.
+Trains the recipe with a greedy eval every `--every` GRPO steps, or reads a finished run with
+`--run RUN_DIR`. Then (unless `--no-control`) trains the control, or reads a finished one with
+`--control-run DIR`: the same recipe with its GRPO stages replaced by one sft stage, `sft_more`, on fresh
+demonstrations (the warm-up's batch size and learning rate), whose `max_minutes` is the GRPO stages' training
+time and which is evaluated every `--every` of its steps. The control branches from the run's own warm-up:
+its run directory starts with a copy of the run's finished stages before the first GRPO one (records,
+metric rows, saved adapter) and resumes from there, so both methods continue from the same weights and
+the warm-up is not trained twice. Prints each curve, the first time 80% / 90% / 95% is reached and which
+method won after the same minutes past the warm-up; draws bench/out/time_to_skill[_RECIPE].png and writes
+bench/out/time_to_skill[_RECIPE].json (no suffix for the default recipe).
 
 Time is training time: the `train_seconds` of each stage's last logged row (the steps' own time summed,
 grpokit.stages.callbacks.MetricsLog), laid end to end. Evaluations and checkpoint saves between steps are left
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +40,7 @@ CONTROL_STAGE = "sft_more"
 # only bound the stage (and keep the warm-up's constant learning rate constant).
 CONTROL_EXAMPLES = 6400
 CONTROL_STEPS = 10_000
-LABELS = {"grpo": "GRPO (default recipe)", "sft": "SFT only (same wall time)"}
+LABELS = {"grpo": "GRPO", "sft": "SFT only (same training time)"}
 
 Point = tuple[float, str, float, int]  # (training minutes, label, accuracy, problems)
 
@@ -109,18 +113,60 @@ def control_recipe(raw: dict[str, Any], minutes: float, every: int) -> dict[str,
     return raw
 
 
-def train_control(run_dir: Path, every: int) -> Path:
-    """Train the control of the finished run `run_dir`; its recipe is kept in bench/out."""
+def branch(run_dir: Path, recipe: Any) -> Path | None:
+    """A new run directory for the control `recipe` holding the finished stages of `run_dir` before its
+    first GRPO stage (their records, metric rows, eval files and saved weights), for the pipeline to resume
+    from: the control continues from the run's own warm-up. None when the run has no stage to share but
+    the evaluation before training."""
+    from grpokit.stages import pipeline as train
+
+    records = json.loads((run_dir / "stages.json").read_text())
+    first = next((i for i, r in enumerate(records) if r["kind"] == "grpo"), len(records))
+    shared = records[:first]
+    trained = {r["name"] for r in shared if r["kind"] != "eval"}
+    if not trained:
+        return None
+    names = [r["name"] for r in shared if r["kind"] != "eval"]
+    if names != [p.section.name for p in train.plan_run(recipe)][: len(names)]:
+        raise SystemExit(f"{run_dir}: its stages {names} are not the control's first ones")
+    target = train.make_run_dir(recipe)
+    (target / "recipe.yaml").write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
+    train.save_records(target, shared)
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    kept = [line for line in rows if line.strip() and json.loads(line).get("stage") in trained]
+    (target / "metrics.jsonl").write_text("".join(kept))
+    for record in shared:
+        name = record["name"]
+        if (run_dir / f"eval_{name}.json").is_file():
+            shutil.copy2(run_dir / f"eval_{name}.json", target / f"eval_{name}.json")
+        for folder in ("adapter", "model"):  # a LoRA run saves the adapter, a full fine-tune the model
+            if name in trained and (run_dir / name / folder).is_dir():
+                shutil.copytree(run_dir / name / folder, target / name / folder)
+    return target
+
+
+def train_control(run_dir: Path, every: int, name: str) -> Path:
+    """Train the control of the finished run `run_dir`, from its warm-up; its recipe is kept in bench/out."""
     from grpokit.recipe.load import load_recipe
     from grpokit.stages import pipeline as train
 
     raw = yaml.safe_load((run_dir / "recipe.yaml").read_text())
     minutes = grpo_minutes(run_dir)
-    path = OUT / "time_to_skill_control.yaml"
+    path = OUT / f"{name}_control.yaml"
     header = f"# SFT-only control of {run_dir}: its GRPO stages' {minutes:.2f} training minutes as an sft stage\n"
     path.write_text(header + yaml.safe_dump(control_recipe(raw, minutes, every), sort_keys=False))
-    print(f"control: {path}, {minutes:.1f} minutes of SFT")
-    return train.main(load_recipe(path))
+    recipe = load_recipe(path)
+    start = branch(run_dir, recipe)
+    print(f"control: {path}, {minutes:.1f} minutes of SFT" + (f", from the warm-up of {run_dir}" if start else ""))
+    return train.main(recipe, resume=start)
+
+
+def out_name(run_dir: Path) -> str:
+    """`time_to_skill` for a run of the default recipe, `time_to_skill_<recipe>` for another recipe's (the
+    last part of its `output.name`)."""
+    raw = yaml.safe_load((run_dir / "recipe.yaml").read_text()) or {}
+    recipe = str((raw.get("output") or {}).get("name") or RECIPE.stem).rsplit("/", 1)[-1]
+    return "time_to_skill" if recipe == RECIPE.stem else f"time_to_skill_{recipe}"
 
 
 def compare(run_dir: Path, control_dir: Path) -> dict[str, Any]:
@@ -226,11 +272,12 @@ def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", type=Path, help="a finished default run to read instead of training it")
+    parser.add_argument("--recipe", default=str(RECIPE), help="the recipe to train (a path or a shipped name)")
+    parser.add_argument("--run", type=Path, help="a finished run to read instead of training one")
     parser.add_argument("--every", type=int, default=10, help="eval every N steps (GRPO's, and the control's)")
     parser.add_argument("--control", action=argparse.BooleanOptionalAction, default=True, help="the SFT control")
     parser.add_argument("--control-run", type=Path, help="a finished control run to read instead of training it")
-    parser.add_argument("overrides", nargs="*", help="recipe overrides for the default run (key.sub=value)")
+    parser.add_argument("overrides", nargs="*", help="recipe overrides for the run (key.sub=value)")
     args = parser.parse_args(argv)
     OUT.mkdir(exist_ok=True)
 
@@ -240,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         from grpokit.stages import pipeline as train
 
         overrides = [f"eval.every={args.every}", "eval.every_n=200", *args.overrides]
-        run_dir = train.main(load_recipe(RECIPE, overrides))
+        run_dir = train.main(load_recipe(args.recipe, overrides))
     points, _ = curve(run_dir)
     warmup, warmup_at = warmup_end(run_dir)
     print_curve(f"run: {run_dir}", points)
@@ -254,17 +301,18 @@ def main(argv: list[str] | None = None) -> int:
     control_dir = args.control_run
     if control_dir is None and args.control:
         every = (yaml.safe_load((run_dir / "recipe.yaml").read_text()).get("eval") or {}).get("every", args.every)
-        control_dir = train_control(run_dir, every)
+        control_dir = train_control(run_dir, every, out_name(run_dir))
     comparison = compare(run_dir, control_dir) if control_dir is not None else None
     curves = {"grpo": points}
     if comparison is not None:
         curves["sft"] = comparison["curves"]["sft"]
         print_curve(f"control: {control_dir}", curves["sft"])
         print(f"\n{comparison['verdict']}")
-    draw(curves, warmup_at if warmup else None, OUT / "time_to_skill.png")
+    name = out_name(run_dir)
+    draw(curves, warmup_at if warmup else None, OUT / f"{name}.png")
     result = {"run": str(run_dir), "points": points, "comparison": comparison}
-    (OUT / "time_to_skill.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"picture: {OUT / 'time_to_skill.png'}, numbers: {OUT / 'time_to_skill.json'}")
+    (OUT / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"picture: {OUT / f'{name}.png'}, numbers: {OUT / f'{name}.json'}")
     return 0
 
 

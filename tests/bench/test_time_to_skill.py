@@ -134,3 +134,46 @@ def test_the_picture_names_both_evaluation_sizes(bench):
     assert bench.problems(stage_only) == "200 problems"
     mixed = {**stage_only, "sft": [(3.0, "sft_more step 15", 0.8, 50), (9.0, "sft_more", 0.95, 200)]}
     assert bench.problems(mixed) == "200 problems; step evaluations: the first 50"
+
+
+def test_the_control_branches_from_the_runs_own_warm_up(bench, tmp_path, monkeypatch):
+    """The control's run directory starts with the run's finished stages before GRPO, and the pipeline
+    accepts it as a run to resume at `sft_more` from the warm-up's saved adapter."""
+    from grpokit.stages import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    raw = load_recipe(bench.RECIPE).to_dict()
+    raw["output"]["dir"] = str(tmp_path / "runs")
+    run = write_run(tmp_path / "run", [WARMUP, ("grpo", "grpo", 0.8, [(1, 10.0, None), (30, 300.0, None)])], raw)
+    (run / "warmup" / "adapter").mkdir(parents=True)
+    (run / "warmup" / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    (run / "eval_warmup.json").write_text('{"accuracy": 0.6}')
+    control = build_recipe(bench.control_recipe(raw, 5.0, 10))
+
+    start = bench.branch(run, control)
+
+    assert start.parent == tmp_path / "runs" / "smollm2" / "arithmetic_grpo_sft_control"
+    assert [r["name"] for r in json.loads((start / "stages.json").read_text())] == ["before", "warmup"]
+    rows = [json.loads(line) for line in (start / "metrics.jsonl").read_text().splitlines()]
+    assert {r["stage"] for r in rows} == {"warmup"} and len(rows) == 2  # GRPO's rows stay behind
+    assert (start / "warmup" / "adapter" / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert (start / "eval_warmup.json").is_file() and not (start / "grpo").exists()
+    resumed, records, checkpoint = pipeline.prepare_resume(control, start)
+    assert (resumed, [r["name"] for r in records], checkpoint) == (start, ["before", "warmup"], None)
+    assert pipeline.resume_point(control.stages, records, checkpoint) == "stage sft_more from its start"
+    # The control's training minutes past the warm-up are counted from the same point as the run's.
+    assert bench.warmup_end(start) == bench.warmup_end(run) == ("warmup", 2.0)
+
+
+def test_a_run_without_a_warm_up_has_nothing_to_branch_from(bench, tmp_path):
+    raw = load_recipe(bench.RECIPE).to_dict()
+    run = write_run(tmp_path / "run", [("grpo", "grpo", 0.8, [(30, 300.0, None)])], raw)
+    assert bench.branch(run, build_recipe(bench.control_recipe(raw, 5.0, 10))) is None
+
+
+def test_another_recipes_numbers_are_kept_apart_from_the_default_ones(bench, tmp_path):
+    default, other = tmp_path / "a", tmp_path / "b"
+    for folder, name in ((default, "smollm2/arithmetic_grpo"), (other, "smollm2/math_grpo")):
+        folder.mkdir()
+        (folder / "recipe.yaml").write_text(yaml.safe_dump({"output": {"name": name}}))
+    assert (bench.out_name(default), bench.out_name(other)) == ("time_to_skill", "time_to_skill_math_grpo")
