@@ -238,3 +238,30 @@ def test_a_hanging_or_raising_verifier_is_counted_not_waited_on(tiny_model_dir, 
     monkeypatch.setattr(task, "score", lambda text, example: 1 / 0)
     result = ev.evaluate(model, tokenizer, task, problems, max_new_tokens=4)
     assert result.score_errors == 4 and "ZeroDivisionError" in result.score_error
+
+
+def test_every_problems_result_is_saved_so_two_evaluations_pair_up(monkeypatch, tmp_path):
+    """`correct` keeps right or wrong for every problem, in order, beyond the `mistakes` kept: two
+    evaluations of the same problems give what was fixed and what broke, and McNemar's z."""
+    task = build_task("arithmetic")
+    problems = task.dataset("test", 6)
+    right = [f"<think>x</think><answer>{p['answer']}</answer>" for p in problems]
+    wrong = ["<think>x</think><answer>-1</answer>"] * len(problems)
+
+    def run(pattern):
+        texts = [r if ok else w for r, w, ok in zip(right, wrong, pattern, strict=True)]
+        monkeypatch.setattr(ev, "_generate", lambda *a, **k: ev._Generations([[t] for t in texts], [1] * 6, 0, 1.0))
+        result = ev.evaluate(FakeModel(), FakeTokenizer(lambda m: m[-1]["content"]), task, problems, mistakes=1)
+        result.save(tmp_path / "eval.json")
+        return json.loads((tmp_path / "eval.json").read_text())
+
+    before, after = run([1, 0, 0, 0, 1, 1]), run([1, 1, 1, 1, 0, 1])
+    assert before["correct"] == [True, False, False, False, True, True] and len(before["mistakes"]) == 1
+    assert ev.paired(before, after) == {"n": 6, "fixed": 3, "broke": 1, "z": 1.0}
+    assert ev.paired(after, before) == {"n": 6, "fixed": 1, "broke": 3, "z": -1.0}
+    assert ev.paired(before, before) == {"n": 6, "fixed": 0, "broke": 0, "z": 0.0}
+    older = {k: v for k, v in before.items() if k != "correct"}  # written before per-problem results were saved
+    assert ev.paired(older, after) is None
+    other = {**after, "samples": [{**after["samples"][0], "question": "1 + 1"}, *after["samples"][1:]]}
+    assert ev.paired(before, other) is None  # not the same problems
+    assert ev.paired(before, {**after, "correct": after["correct"][:5]}) is None

@@ -32,6 +32,9 @@ def test_the_page_is_self_contained_and_complete(run_dir):
         assert label in page
     assert re.search(r"format [01]\.0+, correctness [01]\.0+", page)
     assert (run_dir / "curves.png").stat().st_size > 10_000
+    # The stage table: what the GRPO stage fixed and broke on the problems evaluated before it.
+    last = json.loads((run_dir / "summary.json").read_text())["stages"][-1]
+    assert "fixed / broke (z)" in page and f"<td>{last['fixed']} / {last['broke']} ({last['z']:+.1f})</td>" in page
 
 
 def test_model_output_is_escaped(run_dir, tmp_path):

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from grpokit.eval import evaluate
 from grpokit.recipe.load import build_recipe
 from grpokit.recipe.trl_args import build_grpo_config
 from grpokit.rewards import REWARDS
@@ -203,6 +204,12 @@ def test_stages_report_the_test_split_watch_validation_and_evaluate_each_suite(t
     assert not {s["question"] for s in watched["samples"]} & test_questions
     table = train.format_table(summary["stages"])
     assert "addend_11_99" in table.splitlines()[0] and "±" in table.splitlines()[1]
+    # Every stage after the first says what it fixed and broke on the same problems, from the saved files.
+    before, grpo = (json.loads((run_dir / f"eval_{stage}.json").read_text()) for stage in ("before", "grpo"))
+    assert len(before["correct"]) == before["n"] and sum(grpo["correct"]) == round(grpo["accuracy"] * grpo["n"])
+    change, keys = evaluate.paired(before, grpo), ("fixed", "broke", "z")
+    assert {k: summary["stages"][1][k] for k in keys} == {k: change[k] for k in keys}
+    assert "fixed" not in summary["stages"][0] and "fixed " in table.splitlines()[2]
     assert "addend_11_99" in (run_dir / "report.html").read_text()
 
 

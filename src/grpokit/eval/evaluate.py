@@ -36,6 +36,8 @@ class EvalResult:
     seconds: float
     samples: list[dict[str, Any]] = field(default_factory=list)  # the first problems, right or wrong
     mistakes: list[dict[str, Any]] = field(default_factory=list)  # the greedy completions scored wrong
+    # Right or wrong, per problem in evaluation order: two evaluations of the same problems pair up (`paired`).
+    correct: list[bool] = field(default_factory=list)
     # Sampled evaluation (eval.samples_per_problem > 0): unbiased pass@k and majority vote @k.
     samples_per_problem: int = 0
     temperature: float | None = None
@@ -59,6 +61,27 @@ class EvalResult:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+
+def paired(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """What changed between two saved evaluations (eval_*.json as dicts) of the same problems: `fixed`
+    (wrong before, right after), `broke` (right before, wrong after) and McNemar's z, (fixed - broke) /
+    sqrt(fixed + broke), which is about 2 or more for a change the problems' draw would rarely make alone.
+    None when either file lacks per-problem results (written before they were saved), or the two did
+    not evaluate the same problems (their sizes or stored first problems differ).
+
+    >>> paired({"correct": [False, False, True, True]}, {"correct": [True, True, True, False]})
+    {'n': 4, 'fixed': 2, 'broke': 1, 'z': 0.58}
+    """
+    a, b = before.get("correct"), after.get("correct")
+    if not a or not b or len(a) != len(b):
+        return None
+    if [r.get("question") for r in before.get("samples", [])] != [r.get("question") for r in after.get("samples", [])]:
+        return None
+    fixed = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    broke = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    z = (fixed - broke) / math.sqrt(fixed + broke) if fixed + broke else 0.0
+    return {"n": len(a), "fixed": fixed, "broke": broke, "z": round(z, 2)}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -238,6 +261,7 @@ def evaluate(
         seconds=greedy.seconds,
         samples=kept[:samples],
         mistakes=[row for row in kept if not row["correct"]][:mistakes],
+        correct=[bool(ok) for ok in correct],
     )
     if sampled is not None:
         _add_sampled(result, score, examples, sampled, prefilled, samples_per_problem, k, temperature, task.tags)

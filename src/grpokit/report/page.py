@@ -316,14 +316,14 @@ def _mistakes(evals: dict[str, dict[str, Any]]) -> str:
 
 
 def _results_table(evals: dict[str, dict[str, Any]], stages: list[dict[str, Any]] | None = None) -> str:
-    """One row per stage's evaluation; with the run's stage list, its kind, minutes and each GRPO stage's
-    gain over the evaluation before it."""
+    """One row per stage's evaluation; with the run's stage list, its kind, minutes, each GRPO stage's
+    gain over the evaluation before it, and the problems each stage fixed and broke against that one."""
     if not evals:
         return "<p class='muted'>No evaluations saved.</p>"
     info = {row["name"]: row for row in stages or []}
     ks = sorted({k for r in evals.values() for k in r.get("pass_at_k", {})}, key=int)
     suites = list(dict.fromkeys(name for row in stages or [] for name in row.get("suites", {})))
-    head = ["stage", "kind", "n", "test accuracy", "± s.e.", "gain", "format", *suites]
+    head = ["stage", "kind", "n", "test accuracy", "± s.e.", "gain", "fixed / broke (z)", "format", *suites]
     head += [*[f"pass@{k}" for k in ks], *[f"maj@{k}" for k in ks]]
     head += ["mean tokens", "truncated", "minutes"]
     rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
@@ -331,7 +331,8 @@ def _results_table(evals: dict[str, dict[str, Any]], stages: list[dict[str, Any]
         row = info.get(stage, {})
         gain = f"{100 * row['gain']:+.1f}" if row.get("gain") is not None else ""
         cells = [stage.replace("_", " "), row.get("kind", ""), str(r.get("n", "")), _pct(r.get("accuracy"))]
-        cells += [_pct(row.get("stderr")), gain, _pct(r.get("format_rate"))]
+        change = f"{row['fixed']} / {row['broke']} ({row['z']:+.1f})" if "fixed" in row else ""
+        cells += [_pct(row.get("stderr")), gain, change, _pct(r.get("format_rate"))]
         cells += [_pct(row.get("suites", {}).get(name, {}).get("accuracy")) for name in suites]
         cells += [_pct(r.get("pass_at_k", {}).get(k)) for k in ks] + [_pct(r.get("maj_at_k", {}).get(k)) for k in ks]
         cells += [f"{r.get('mean_completion_tokens', 0):.1f}", _pct(r.get("truncation_rate"))]

@@ -41,7 +41,7 @@ from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from grpokit.errors import RecipeError, TrainingInterrupted
-from grpokit.eval.evaluate import EvalResult, evaluate_recipe
+from grpokit.eval.evaluate import EvalResult, evaluate_recipe, paired
 from grpokit.kernels import memory
 from grpokit.kernels.attention import use_grouped_attention
 from grpokit.kernels.precision import trainer_precision
@@ -165,7 +165,9 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
                 continue
             save_model(model, tokenizer, run_dir / stage.name, recipe)
             result, suites = run_evals(model, tokenizer, held, recipe, run_dir, stage.name)
-            records.append(stage_record(stage.name, stage.kind, result, minutes, records, suites))
+            record = stage_record(stage.name, stage.kind, result, minutes, records, suites)
+            record.update(changed_since(run_dir, records[-1]["name"], result) if records else {})
+            records.append(record)
             save_records(run_dir, records)
             trackers.log(stage_eval_logs(records[-1]))
         if not main_rank:
@@ -327,6 +329,15 @@ def stage_record(
     if kind == "grpo" and earlier:
         row["gain"] = result.accuracy - earlier[-1]["accuracy"]
     return row
+
+
+def changed_since(run_dir: Path, earlier: str, result: EvalResult) -> dict[str, Any]:
+    """`fixed`, `broke` and McNemar's `z` of `result` against the stage `earlier`'s saved evaluation of the
+    same problems (`grpokit.eval.evaluate.paired`); nothing when that file cannot be paired."""
+    path = run_dir / f"eval_{earlier}.json"
+    before = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    change = paired(before, dataclasses.asdict(result))
+    return {key: change[key] for key in ("fixed", "broke", "z")} if change else {}
 
 
 def standard_error(accuracy: float, n: int) -> float:
@@ -585,7 +596,8 @@ def write_summary(
 
 def format_table(records: list[dict[str, Any]]) -> str:
     """The stages as a table: greedy test-split accuracy (± one standard error) and format after each,
-    what GRPO added, and each evaluation suite's accuracy in a column of its own."""
+    what GRPO added, each evaluation suite's accuracy in a column of its own, and how many problems each
+    stage fixed and broke against the evaluation before it (when both saved per-problem results)."""
     suites = list(dict.fromkeys(name for row in records for name in row.get("suites", {})))
     width = max([10, *(len(name) + 1 for name in suites)])
     head = "".join(f" {name:>{width}}" for name in suites)
@@ -601,8 +613,9 @@ def format_table(records: list[dict[str, Any]]) -> str:
             else " " * (width + 1)
             for name in suites
         )
+        change = f"  fixed {row['fixed']}, broke {row['broke']} (z {row['z']:.1f})" if "fixed" in row else ""
         lines.append(
             f"{row['name']:<14} {row['kind']:<5} {accuracy:>15} {gain:>7} {100 * row['format_rate']:>7.1f}%{cells} "
-            f"{row['minutes'] + row.get('eval_minutes', 0):>8.1f}   n={row['n']}"
+            f"{row['minutes'] + row.get('eval_minutes', 0):>8.1f}   n={row['n']}{change}"
         )
     return "\n".join(lines)
