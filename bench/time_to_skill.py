@@ -161,11 +161,15 @@ def train_control(run_dir: Path, every: int, name: str) -> Path:
     return train.main(recipe, resume=start)
 
 
-def out_name(run_dir: Path) -> str:
-    """`time_to_skill` for a run of the default recipe, `time_to_skill_<recipe>` for another recipe's (the
-    last part of its `output.name`)."""
+def recipe_name(run_dir: Path) -> str:
+    """The run's recipe as its `output.name` says (`smollm2/math_grpo`), the default recipe's when unnamed."""
     raw = yaml.safe_load((run_dir / "recipe.yaml").read_text()) or {}
-    recipe = str((raw.get("output") or {}).get("name") or RECIPE.stem).rsplit("/", 1)[-1]
+    return str((raw.get("output") or {}).get("name") or f"smollm2/{RECIPE.stem}")
+
+
+def out_name(run_dir: Path) -> str:
+    """`time_to_skill` for a run of the default recipe, `time_to_skill_<recipe>` for another recipe's."""
+    recipe = recipe_name(run_dir).rsplit("/", 1)[-1]
     return "time_to_skill" if recipe == RECIPE.stem else f"time_to_skill_{recipe}"
 
 
@@ -187,9 +191,16 @@ def compare(run_dir: Path, control_dir: Path) -> dict[str, Any]:
         + (f"{winner} wins by {100 * abs(difference):.1f} points" if winner else "neither wins")
         + f" (two standard errors: {100 * noise:.1f} points)"
     )
+    change = paired_finals(run_dir, control_dir)
+    if change is not None:
+        verdict += (
+            f"; on the same {change['n']} problems GRPO alone was right on {change['broke']}, SFT alone on "
+            f"{change['fixed']} (McNemar z {-change['z']:.2f})"
+        )
     return {
         "run": str(run_dir),
         "control_run": str(control_dir),
+        "paired": change,
         "warmup": warmup,
         "minutes_past_warmup": {"grpo": round(minutes, 2), "sft": round(sft_points[-1][0] - control_start, 2)},
         "accuracy": {"grpo": grpo, "sft": sft},
@@ -202,6 +213,19 @@ def compare(run_dir: Path, control_dir: Path) -> dict[str, Any]:
     }
 
 
+def paired_finals(run_dir: Path, control_dir: Path) -> dict[str, Any] | None:
+    """`grpokit.eval.evaluate.paired` from the run's final evaluation to the control's (`fixed`: problems
+    only SFT got right, `broke`: only GRPO), or None when their files do not pair up."""
+    from grpokit.eval.evaluate import paired
+
+    def final(folder: Path) -> dict[str, Any]:
+        name = json.loads((folder / "stages.json").read_text())[-1]["name"]
+        path = folder / f"eval_{name}.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    return paired(final(run_dir), final(control_dir))
+
+
 def print_curve(title: str, points: list[Point]) -> None:
     print(f"\n{title}\n{'when':<26} {'train min':>9} {'accuracy':>8}   n")
     for minutes, label, accuracy, n in points:
@@ -209,11 +233,11 @@ def print_curve(title: str, points: list[Point]) -> None:
 
 
 def problems(curves: dict[str, list[Point]]) -> str:
-    """How many held-out problems the points stand on: the stages' evaluations, and the step evaluations'
-    first N when those differ (a recipe's `eval.every_n`).
+    """How many problems the points stand on: the stages' evaluations (the test split), and the step
+    evaluations' (`eval.every_n` of the validation split).
 
     >>> problems({"grpo": [(0.0, "warmup", 0.6, 200), (2.0, "grpo step 15", 0.7, 50), (9.0, "grpo", 0.9, 200)]})
-    '200 problems; step evaluations: the first 50'
+    '200 test problems; step evaluations: 50 validation problems'
     """
 
     def sizes(steps: bool) -> str:
@@ -221,10 +245,10 @@ def problems(curves: dict[str, list[Point]]) -> str:
         return "/".join(str(n) for n in sorted(found))
 
     stages, steps = sizes(False), sizes(True)
-    return f"{stages} problems" + (f"; step evaluations: the first {steps}" if steps and steps != stages else "")
+    return f"{stages} test problems" + (f"; step evaluations: {steps} validation problems" if steps else "")
 
 
-def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) -> None:
+def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path, recipe: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -257,7 +281,7 @@ def draw(curves: dict[str, list[Point]], warmup_at: float | None, path: Path) ->
     for bar in BARS:
         ax.axhline(100 * bar, color="grey", linestyle="--", linewidth=0.8)
     ax.set(
-        title=f"Held-out greedy accuracy vs training time\n({problems(curves)})",
+        title=f"{recipe + ': ' if recipe else ''}greedy accuracy vs training time\n({problems(curves)})",
         xlabel="minutes of training (evaluations left out)",
         ylabel="%",
         ylim=(0, 102),
@@ -309,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         print_curve(f"control: {control_dir}", curves["sft"])
         print(f"\n{comparison['verdict']}")
     name = out_name(run_dir)
-    draw(curves, warmup_at if warmup else None, OUT / f"{name}.png")
+    draw(curves, warmup_at if warmup else None, OUT / f"{name}.png", recipe_name(run_dir))
     result = {"run": str(run_dir), "points": points, "comparison": comparison}
     (OUT / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"picture: {OUT / f'{name}.png'}, numbers: {OUT / f'{name}.json'}")

@@ -131,9 +131,9 @@ def test_main_reads_both_runs_draws_both_curves_and_writes_the_numbers(bench, tm
 
 def test_the_picture_names_both_evaluation_sizes(bench):
     stage_only = {"grpo": [(0.0, "before", 0.0, 200), (9.0, "grpo", 0.9, 200)]}
-    assert bench.problems(stage_only) == "200 problems"
+    assert bench.problems(stage_only) == "200 test problems"
     mixed = {**stage_only, "sft": [(3.0, "sft_more step 15", 0.8, 50), (9.0, "sft_more", 0.95, 200)]}
-    assert bench.problems(mixed) == "200 problems; step evaluations: the first 50"
+    assert bench.problems(mixed) == "200 test problems; step evaluations: 50 validation problems"
 
 
 def test_the_control_branches_from_the_runs_own_warm_up(bench, tmp_path, monkeypatch):
@@ -177,3 +177,19 @@ def test_another_recipes_numbers_are_kept_apart_from_the_default_ones(bench, tmp
         folder.mkdir()
         (folder / "recipe.yaml").write_text(yaml.safe_dump({"output": {"name": name}}))
     assert (bench.out_name(default), bench.out_name(other)) == ("time_to_skill", "time_to_skill_math_grpo")
+
+
+def test_the_verdict_pairs_the_two_final_evaluations_when_both_saved_every_problem(bench, tmp_path):
+    run, control = default_run(tmp_path), control_run(tmp_path, 0.70)
+    questions = [{"question": f"q{i}"} for i in range(2)]
+    grpo = [True] * 8 + [False] * 2  # 80%
+    sft = [True] * 5 + [False] * 3 + [True, True]  # 70%: three problems only GRPO got, two only SFT
+    (run / "eval_grpo.json").write_text(json.dumps({"correct": grpo, "samples": questions}))
+    (control / "eval_sft_more.json").write_text(json.dumps({"correct": sft, "samples": questions}))
+    result = bench.compare(run, control)
+    assert result["paired"] == {"n": 10, "fixed": 2, "broke": 3, "z": -0.45}
+    assert result["verdict"].endswith(
+        "; on the same 10 problems GRPO alone was right on 3, SFT alone on 2 (McNemar z 0.45)"
+    )
+    (control / "eval_sft_more.json").write_text(json.dumps({"correct": sft[:9], "samples": questions}))
+    assert bench.compare(run, control)["paired"] is None  # not the same problems: no pairing
