@@ -336,7 +336,7 @@ def changed_since(run_dir: Path, earlier: str, result: EvalResult) -> dict[str, 
     same problems (`grpokit.eval.evaluate.paired`); nothing when that file cannot be paired."""
     path = run_dir / f"eval_{earlier}.json"
     before = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    change = paired(before, dataclasses.asdict(result))
+    change = paired(before, {"correct": result.correct, "samples": result.samples})  # what paired reads
     return {key: change[key] for key in ("fixed", "broke", "z")} if change else {}
 
 
