@@ -173,11 +173,13 @@ def test_worked_step_rewards_pay_nothing_for_listed_equations():
     assert {f.case for f in findings} == {"true equations listed until one is a step"}
 
 
+@pytest.mark.parametrize("split_sums", ["columns", "every_column"])
 @pytest.mark.parametrize("addends", [(1, 10), (1, 50), (51, 99)])
-def test_worked_step_rewards_with_column_steps_pay_nothing_for_degenerate_answers(addends):
-    """`split_sums: columns` (`7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71.`) on the trained and the shifted
-    ranges of added terms: the battery finds nothing, and its listing case still holds a real step."""
-    params = {"split_sums": "columns", "addend_min": addends[0], "addend_max": addends[1]}
+def test_worked_step_rewards_with_column_steps_pay_nothing_for_degenerate_answers(addends, split_sums):
+    """`split_sums: columns` (`7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71.`) and `every_column` on the trained
+    and the shifted ranges of added terms: the battery finds nothing, and its listing case still holds a
+    real step."""
+    params = {"split_sums": split_sums, "addend_min": addends[0], "addend_max": addends[1]}
     task = build_task("arithmetic", params)
     names = ("format", "steps", "steps_attempted", "correctness")
     rewards = [(name, 1.0, make_reward(name, task)) for name in names]

@@ -70,7 +70,7 @@ def test_a_task_without_worked_steps_is_refused():
         make_reward("steps", build_task("countdown"))
 
 
-@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "columns"])
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "columns", "every_column"])
 def test_listing_true_equations_until_one_is_a_step_earns_nothing(split_sums):
     """Every `a + p` for p up to 100 holds the real sum step; every `u + a` holds a split sum's units step."""
     task = build_task("arithmetic", {"split_sums": split_sums})
@@ -163,7 +163,7 @@ NEGATIVE_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "any", "columns"])
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "any", "columns", "every_column"])
 @pytest.mark.parametrize("config", NEGATIVE_CONFIGS, ids=lambda c: f"{c['min_value']}..{c['max_value']}")
 def test_every_demonstration_scores_one_with_negative_operands(config, split_sums):
     """`-10 - (-72) = 62` is read with its sign: the task's own worked steps earn the whole reward."""
@@ -208,14 +208,15 @@ def test_a_column_of_three_terms_is_read_as_one_sum():
     assert sums("4 + 2 * 1 = 6. 4 + 2 + 1 = 6 + 1.") == []  # a product, or a right side still to work
 
 
-def test_listing_every_column_sum_earns_nothing():
+@pytest.mark.parametrize("split_sums", ["columns", "every_column"])
+def test_listing_every_column_sum_earns_nothing(split_sums):
     """Every digit sum with and without a carry holds each column step: more equations than a worked
     answer, so padding, not paid; the demonstration with two extra true equations is paid in full."""
-    task = build_task("arithmetic", {"split_sums": "columns", "addend_min": 11, "addend_max": 99})
+    task = build_task("arithmetic", {"split_sums": split_sums, "addend_min": 11, "addend_max": 99})
     rows = [row for row in task.dataset("test", 20) if len(row["steps"]) >= 4]
     assert rows
     listed = [f"{u} + {v} = {u + v}." for u in range(10) for v in range(10)]
-    listed += [f"{u} + {v} + 1 = {u + v + 1}." for u in range(10) for v in range(10)]
+    listed += [f"{u} + {v} + {c} = {u + v + c}." for c in (0, 1) for u in range(10) for v in range(10)]
     for name in ("steps", "steps_attempted"):
         reward = make_reward(name, task)
         for row in rows:

@@ -182,6 +182,55 @@ def test_every_column_step_holds_and_the_last_is_the_answer_for_addends_to_999()
     assert columns > 2 * len(rows)  # most sums have 2-3 columns: the procedure is exercised
 
 
+@pytest.mark.parametrize(
+    ("nums", "ops", "steps"),
+    [
+        ([47, 3, 8], ["+", "*"], ["3 * 8 = 24.", "7 + 4 + 0 = 11.", "4 + 2 + 1 = 7.", "47 + 24 = 71."]),
+        ([7, 3, 8], ["+", "*"], ["3 * 8 = 24.", "7 + 4 + 0 = 11.", "0 + 2 + 1 = 3.", "7 + 24 = 31."]),
+        (
+            [89, 4, 5],
+            ["+", "*"],
+            ["4 * 5 = 20.", "9 + 0 + 0 = 9.", "8 + 2 + 0 = 10.", "0 + 0 + 1 = 1.", "89 + 20 = 109."],
+        ),
+        ([3, 2, 2], ["+", "*"], ["2 * 2 = 4.", "3 + 4 + 0 = 7.", "3 + 4 = 7."]),  # two digits: a column too
+        ([7, 1, 5], ["+", "*"], ["1 * 5 = 5.", "7 + 5 + 0 = 12.", "0 + 0 + 1 = 1.", "7 + 5 = 12."]),
+        ([50, 3, 8], ["-", "*"], ["3 * 8 = 24.", "50 - 24 = 26."]),  # subtraction: one step
+        ([-47, 3, 8], ["+", "*"], ["3 * 8 = 24.", "-47 + 24 = -23."]),  # a negative term: one step
+    ],
+)
+def test_every_column_writes_each_column_with_its_carry(nums, ops, steps):
+    """`every_column`: every column as three terms (a run-out digit as 0, the carry in as 0 or 1) and a
+    carry out of the last column as a column of its own, whatever the number of digits."""
+    written, value = solve(nums, ops, split_sums="every_column")
+    assert written == steps
+    assert value == solve(nums, ops)[1]
+
+
+def test_every_column_digits_of_the_sum_are_the_columns_last_digits():
+    """2000 problems with addends 0..999: every step holds, every column is three single digits with a
+    carry of 0 or 1 that is the one the column before sent, and the sum's digits are the columns' last
+    digits read back, so the procedure assembles the answer with no case to learn. The `steps` reward and
+    `score` pay each demonstration in full."""
+    from grpokit.rewards import make_reward
+
+    task = build_task("arithmetic", {"split_sums": "every_column", "addend_min": 0, "addend_max": 999})
+    reward = make_reward("steps", task)
+    for row in task.dataset("train", 2000, distinct=False):
+        steps = row["steps"]
+        assert all(_true(step) for step in steps), steps
+        columns, carry = steps[1:-1], 0
+        for column in columns:
+            terms = column.split(" = ")[0].split(" + ")
+            assert len(terms) == 3 and all(len(term) == 1 for term in terms), column
+            assert int(terms[2]) == carry, steps
+            carry = int(column.split(" = ")[1].rstrip(".")) // 10
+        assert carry == 0  # a carry out of the last column has its own column
+        digits = "".join(column.split(" = ")[1].rstrip(".")[-1] for column in reversed(columns))
+        assert int(digits) == row["answer"], steps
+        assert reward(task.demonstration(row), row) == 1.0
+        assert task.score(task.demonstration(row), row) == 1.0
+
+
 def test_demonstration_scores_and_is_strict(task):
     from grpokit.tasks.parsing import is_strict_format
 

@@ -24,7 +24,7 @@ from grpokit.tasks.parsing import extract_answer
 from grpokit.tasks.registry import register_task
 
 OPERATORS = ("+", "-", "*")
-SPLIT_SUMS = ("none", "carries", "all", "any", "columns")
+SPLIT_SUMS = ("none", "carries", "all", "any", "columns", "every_column")
 _MAX_DRAWS = 1000  # a split of a tiny problem space may be empty: fail instead of spinning
 _INTEGER = re.compile(r"-?[0-9]{1,10000}")  # ASCII digits only (int() also reads "３"), any length a right answer has
 
@@ -47,7 +47,10 @@ class ArithmeticConfig:
     # the other (`4 + 10 = 14. 50 + 14 = 64.` too). "columns" writes any sum of non-negative terms, one of
     # them >= 10, as column addition from the units (`7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 71.`, see
     # `column_sum`): a procedure that holds for any number of digits, not a template for two-digit terms.
-    # The demonstrations and the `steps` reward follow it.
+    # "every_column" writes every sum of non-negative terms that way with no column left out: each column is
+    # three terms, the missing digit as 0 and the carry as `+ 0` or `+ 1`, and a carry out of the last
+    # column is a column of its own (`9 + 0 + 0 = 9. 8 + 2 + 0 = 10. 0 + 0 + 1 = 1. 89 + 20 = 109.`): one
+    # rule with no case to learn. The demonstrations and the `steps` reward follow it.
     split_sums: str = "none"
     # Shares of the computations held out: `validation` (watched during training) and `test` (reported).
     validation_fraction: float = 0.1
@@ -227,8 +230,8 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     >>> split_sum(10, 54, "any")  # the other term need not be a digit
     ['4 + 10 = 14.', '50 + 14 = 64.']
     """
-    if mode == "columns":
-        return column_sum(x, y)
+    if mode in ("columns", "every_column"):
+        return column_sum(x, y, every=mode == "every_column")
     big, other = max(x, y), min(x, y)
     splits = {
         "any": big >= 10 and other >= 0,
@@ -241,14 +244,18 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     return [f"{units} + {other} = {units + other}.", f"{tens} + {units + other} = {big + other}."]
 
 
-def column_sum(x: int, y: int) -> list[str] | None:
+def column_sum(x: int, y: int, every: bool = False) -> list[str] | None:
     """`x + y` as column addition from the units, then the whole sum; None (one step) when a term is
-    negative or both are single digits.
+    negative or, unless `every`, both are single digits.
 
     Each column that needs work is one true equation: x's digit, then y's, then the carry as `+ 1`. A
     column where one term has run out of digits writes the other's digit plus the carry (`2 + 1 = 3.`),
     and nothing when there is no carry (a lone digit is copied down, not computed); a carry out of the
     last column is the sum's leading 1, not a step. The same rule holds for any number of digits.
+
+    `every` writes every column as three terms, x's digit (0 once x has run out), y's, and the carry in
+    (`+ 0` or `+ 1`), and a carry out of the last column as a column `0 + 0 + 1 = 1.`: the sum's digits are
+    then the last digit of each column's result, read from the last column back, with no case to tell.
 
     >>> column_sum(47, 24)
     ['7 + 4 = 11.', '4 + 2 + 1 = 7.', '47 + 24 = 71.']
@@ -258,16 +265,27 @@ def column_sum(x: int, y: int) -> list[str] | None:
     ['0 + 7 = 7.', '0 + 4 = 4.', '100 + 47 = 147.']
     >>> column_sum(3, 4) is None
     True
+    >>> column_sum(7, 24, every=True)
+    ['7 + 4 + 0 = 11.', '0 + 2 + 1 = 3.', '7 + 24 = 31.']
+    >>> column_sum(89, 20, every=True)
+    ['9 + 0 + 0 = 9.', '8 + 2 + 0 = 10.', '0 + 0 + 1 = 1.', '89 + 20 = 109.']
+    >>> column_sum(3, 4, every=True)
+    ['3 + 4 + 0 = 7.', '3 + 4 = 7.']
     """
-    if x < 0 or y < 0 or max(x, y) < 10:
+    if x < 0 or y < 0 or (max(x, y) < 10 and not every):
         return None
     xs, ys = str(x)[::-1], str(y)[::-1]  # units first
     steps, carry = [], 0
     for k in range(max(len(xs), len(ys))):
-        terms = [int(digits[k]) for digits in (xs, ys) if k < len(digits)] + [1] * carry
-        if len(terms) > 1:
+        if every:
+            terms = [int(digits[k]) if k < len(digits) else 0 for digits in (xs, ys)] + [carry]
+        else:
+            terms = [int(digits[k]) for digits in (xs, ys) if k < len(digits)] + [1] * carry
+        if every or len(terms) > 1:
             steps.append(f"{' + '.join(map(str, terms))} = {sum(terms)}.")
         carry = sum(terms) // 10
+    if every and carry:
+        steps.append(f"0 + 0 + {carry} = {carry}.")
     return [*steps, f"{x} + {y} = {x + y}."]
 
 
