@@ -157,8 +157,18 @@ def train_control(run_dir: Path, every: int, name: str) -> Path:
     path.write_text(header + yaml.safe_dump(control_recipe(raw, minutes, every), sort_keys=False))
     recipe = load_recipe(path)
     start = branch(run_dir, recipe)
+    show_progress()
     print(f"control: {path}, {minutes:.1f} minutes of SFT" + (f", from the warm-up of {run_dir}" if start else ""))
     return train.main(recipe, resume=start)
+
+
+def show_progress() -> None:
+    """grpokit's progress lines for the training this script starts, as `grpokit train` prints them (not
+    transformers' bars and metric dicts), unless a console is already set up."""
+    from grpokit.stages import console
+
+    if console.active() is None:
+        console.setup()
 
 
 def recipe_name(run_dir: Path) -> str:
@@ -311,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         from grpokit.stages import pipeline as train
 
         overrides = [f"eval.every={args.every}", "eval.every_n=200", *args.overrides]
+        show_progress()
         run_dir = train.main(load_recipe(args.recipe, overrides))
     points, _ = curve(run_dir)
     warmup, warmup_at = warmup_end(run_dir)

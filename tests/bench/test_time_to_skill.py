@@ -193,3 +193,18 @@ def test_the_verdict_pairs_the_two_final_evaluations_when_both_saved_every_probl
     )
     (control / "eval_sft_more.json").write_text(json.dumps({"correct": sft[:9], "samples": questions}))
     assert bench.compare(run, control)["paired"] is None  # not the same problems: no pairing
+
+
+def test_training_started_here_prints_grpokits_progress_lines(bench, monkeypatch):
+    """The run and the control this script trains show `grpokit train`'s progress lines: a console is set
+    up when none is, and one already set up is kept."""
+    from grpokit.stages import console
+
+    calls = []
+    monkeypatch.setattr(console, "setup", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(console, "_active", None)
+    bench.show_progress()
+    assert calls == [()]
+    monkeypatch.setattr(console, "_active", object())
+    bench.show_progress()
+    assert calls == [()]
