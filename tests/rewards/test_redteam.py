@@ -169,8 +169,9 @@ def test_worked_step_rewards_pay_nothing_for_listed_equations():
         wanted = [step for line in example["steps"] for step in equations(line)]
         return sum(step in written for step in wanted) / len(wanted)
 
-    findings = check(task, [("uncapped", 1.0, uncapped)], task.dataset("test", 2))
-    assert {f.case for f in findings} == {"true equations listed until one is a step"}
+    examples = task.dataset("test", 2)
+    findings = check(task, [("uncapped", 1.0, uncapped)], examples)
+    assert {f.case for f in findings} == {"true equations listed until one is a step"} | _later_steps_alone(examples)
 
 
 @pytest.mark.parametrize("split_sums", ["columns", "every_column"])
@@ -194,7 +195,20 @@ def test_worked_step_rewards_with_column_steps_pay_nothing_for_degenerate_answer
         return sum(step in written for step in wanted) / len(wanted)
 
     findings = check(task, [("uncapped", 1.0, uncapped)], examples[:2], slow_seconds=None)
-    assert {f.case for f in findings} == {"true equations listed until one is a step"}
+    assert {f.case for f in findings} == {"true equations listed until one is a step"} | _later_steps_alone(
+        examples[:2]
+    )
+
+
+def _later_steps_alone(examples):
+    """The battery's cases of one later two-term worked step alone (what `uncapped` reads): a reward that pays
+    each step written right, wherever it stands, pays these, and they recur across problems (`2 + 1 = 3`)."""
+    return {
+        f"worked step {k} of {len(e['steps'])} alone"
+        for e in examples
+        for k, step in enumerate(e["steps"], start=1)
+        if k > 1 and equations(step)
+    }
 
 
 def test_cli_check_of_the_default_recipe_with_column_steps(tmp_path, capsys):

@@ -2,6 +2,7 @@ import pytest
 
 from grpokit.rewards import make_reward
 from grpokit.tasks import build_task
+from grpokit.tasks.equations import equations, step_key, sums
 
 
 @pytest.fixture(scope="module")
@@ -184,16 +185,17 @@ COLUMNS = {"steps": ["3 * 8 = 24.", "7 + 4 = 11.", "4 + 2 + 1 = 7.", "47 + 24 = 
         ("8 * 3 = 24. 4 + 7 = 11. 1 + 2 + 4 = 7. 24 + 47 = 71.", 1.0, 1.0),  # the terms in another order
         ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 + 1 = 8. 47 + 24 = 81.", 0.0, 1.0),  # a wrong column: false
         ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 + 1 = 7. 47 + 24 = 61.", 0.0, 1.0),  # a wrong whole sum: false
-        ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 = 6. 47 + 24 = 71.", 0.75, 0.75),  # the carry dropped: no tens step
-        ("3 * 8 = 24. 47 + 24 = 71.", 0.5, 0.5),  # the sum in one step: the columns are not written
+        ("3 * 8 = 24. 7 + 4 = 11. 4 + 2 = 6. 47 + 24 = 71.", 0.5, 0.5),  # the carry dropped: credit stops there
+        ("3 * 8 = 24. 47 + 24 = 71.", 0.25, 0.25),  # the sum in one step: the columns, and what follows, unpaid
         ("3 * 8 = 24. 7 + 4 = 11.", 0.5, 0.5),
-        ("4 + 2 + 1 = 7.", 0.25, 0.25),  # a three-term column alone is one step
+        ("4 + 2 + 1 = 7.", 0.0, 0.0),  # a column alone: not after the steps it follows
         ("3 * 8 = 24. 4 + 7 = 11. 2 + 4 = 7 - 1.", 0.0, 0.5),  # not a whole number: scored as false
     ],
 )
 def test_column_steps_are_paid_column_by_column(task, thought, steps, attempted):
     """`split_sums: columns` writes `47 + 24` as its units, its tens with the carry (`4 + 2 + 1 = 7`, three
-    terms: one step) and the whole sum; `steps` pays each, and a false column zeroes the thought."""
+    terms: one step) and the whole sum; `steps` pays each in turn from the first, and a false column zeroes the
+    thought."""
     completion = f"<think>{thought}</think><answer>71</answer>"
     assert make_reward("steps", task)(completion, COLUMNS) == steps
     assert make_reward("steps_attempted", task)(completion, COLUMNS) == attempted
@@ -255,3 +257,27 @@ def test_worked_says_whether_a_solution_reads_as_steps():
     assert not worked("Multiply 7 by 11, then add 20.")  # no equation
     assert not worked("7 * 11 = 78. 78 + 20 = 98.")  # a false one
     assert not worked("9 / 2 = 4.5")  # not whole numbers
+
+
+@pytest.mark.parametrize("split_sums", ["any", "columns", "every_column"])
+def test_one_fixed_equation_is_paid_only_where_a_solution_starts_with_it(split_sums):
+    """A thought that is one fixed equation for every problem: a column (`2 + 1 = 3`, `0 + 0 + 1 = 1`) or a
+    units sum is a step of many problems, and paying it wherever it is a step paid a constant thought on up
+    to a fifth of the training problems. Credit runs from a solution's first step, so each fixed equation
+    earns only on problems that start with it."""
+    task = build_task("arithmetic", {"split_sums": split_sums, "addend_max": 50})
+    rows = task.dataset("train", 200, distinct=False)
+    reward = make_reward("steps", task)
+    fixed = {line for row in rows for line in row["steps"]}
+    assert len(fixed) > 80
+    for line in fixed:
+        paid = [row for row in rows if reward(f"<think>{line}</think><answer>0</answer>", row) > 0]
+        assert all(step_key(equations(line)[0] if equations(line) else sums(line)[0]) == _first(row) for row in paid)
+    later = [line for row in rows for line in row["steps"][1:]]
+    shared = max(later, key=later.count)
+    assert later.count(shared) >= 5  # some later step recurs across problems: the case is exercised
+
+
+def _first(row):
+    line = row["steps"][0]
+    return step_key((equations(line) + sums(line))[0])

@@ -1,11 +1,11 @@
 """`grpokit rewards check RECIPE`: try to game the recipe's rewards before a run spends hours on them.
 
-Each case is a completion that is wrong or degenerate by construction (an empty answer, tag spam, the
-answer only inside `<think>` or tags out of order, code injection in plain and encoded forms, huge
-exponents, unicode digits, 100 KB of text, plus the task's own tricks). A case is a finding when its
-weighted reward beats an honest, well-formed wrong answer, when the task's verifier accepts it, when a
-reward raises, or when one call takes over a second. The honest wrong answer is checked to be wrong:
-if the task's verifier accepts it, no candidate is used and that is a finding of its own.
+Each case is a completion that is wrong or degenerate by construction (an empty answer, tag spam, the answer
+only inside `<think>` or tags out of order, code injection in plain and encoded forms, huge exponents, unicode
+digits, 100 KB of text, a later worked step alone, plus the task's own tricks). A case is a finding when its
+weighted reward beats an honest, well-formed wrong answer, when the task's verifier accepts it, when a reward
+raises, or when one call takes over a second. The honest wrong answer is checked to be wrong: if the task's
+verifier accepts it, no candidate is used and that is a finding of its own.
 
 Universal answers (`grpokit.tasks.probes`: `0`, `nan`, `banana`, `[]`, another problem's gold, the gold off by
 one, a list of NaN, `1*2*3*4`, ...) are scored by the task's verifier on every problem checked: one paid
@@ -75,6 +75,14 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
     ]
     if answer.translate(_FULLWIDTH) != answer:  # a gold without digits (`False`) is unchanged: not a case
         cases.append(("unicode digits", f"<think>x</think><answer>{answer.translate(_FULLWIDTH)}</answer>"))
+    # A later worked step is often the same equation in many problems (a column `2 + 1 = 3`): written alone,
+    # as one fixed thought for every problem, it must earn nothing.
+    wrong = wrong_answer(task, example) or "x"
+    cases += [
+        (f"worked step {k} of {len(example['steps'])} alone", f"<think>{step}</think><answer>{wrong}</answer>")
+        for k, step in enumerate(example.get("steps") or [], start=1)
+        if k > 1
+    ]
     return [(name, retag(completion, task.tags)) for name, completion in cases + task.adversarial(example)]
 
 

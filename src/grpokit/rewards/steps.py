@@ -3,20 +3,23 @@
 For tasks whose problems carry their worked solution as `x op y = z.` lines (`example["steps"]`: the
 arithmetic task's, or a custom task's worked solutions): a completion earns the share of those steps it
 writes, as an equation with the same operands (either order for `+` and `*`) and the right result, before
-`</think>`. Any false equation in the thought scores 0, so listing candidate results
-(`3 * 8 = 23, 3 * 8 = 24, ...`) earns nothing, and true equations that are not steps of this problem earn
-nothing either. Nor does listing true equations until one is a step (`7 + 20 = 27. 7 + 21 = 28. ...` for
-`7 + 24`, or every units sum `0 + 7 = 7 ...` when the task splits its sums): a thought with more than
-`2 * steps + 2` equations scores 0. A line that keeps the problem whole and works it down
-(`7 + 3 * 8 = 7 + 24 = 31`) is read as the steps it does, and its sides must be equal; `3 * 8 = 7` is not read
-out of it. A sum of three or more terms equated to one number (`4 + 2 + 1 = 7`: a column of column addition,
-two digits and the carry, as `split_sums: columns` writes it) is one step, its terms in any order. A step is
-read only as the whole numbers it writes: a bare sign belongs to its number (`-10 - (-72) = 62`), and an
-equation with a decimal, fraction, power or percent around its numbers, or a result that goes on
-(`0.5 * 8 = 40`, `5 * 8 = 40/3`, `5 * 8 = 40 - 1`), is not the step `5 * 8 = 40` and scores as a false one. A
-division `x / y = z` (or `÷`) is a step of its own, true only when it is exact (`152 / 8 = 19`; `7 / 2 = 3` is
-false); a longer line holding one (`24 / 2 + 7 = 19`) is not read as steps and scores as a false equation.
-Equations are checked with integer arithmetic on the parsed digits; the text is never evaluated.
+`</think>`, counted from the solution's first step up to the first one it leaves out (in any order of
+writing). A later step alone earns nothing, so one fixed equation that many problems share (a column
+`2 + 1 = 3`, a units sum `0 + 6 = 6`) is not paid on each of them. Any false equation in the thought scores
+0, so listing candidate results (`3 * 8 = 23, 3 * 8 = 24, ...`) earns nothing, and true equations that are
+not steps of this problem earn nothing either. Nor does listing true equations until one is a step
+(`7 + 20 = 27. 7 + 21 = 28. ...` for `7 + 24`, or every units sum `0 + 7 = 7 ...` when the task splits its
+sums): a thought with more than `2 * steps + 2` equations scores 0. A line that keeps the problem whole and
+works it down (`7 + 3 * 8 = 7 + 24 = 31`) is read as the steps it does, and its sides must be equal;
+`3 * 8 = 7` is not read out of it. A sum of three or more terms equated to one number (`4 + 2 + 1 = 7`: a
+column of column addition, two digits and the carry, as `split_sums: columns` writes it) is one step, its
+terms in any order. A step is read only as the whole numbers it writes: a bare sign belongs to its number
+(`-10 - (-72) = 62`), and an equation with a decimal, fraction, power or percent around its numbers, or a
+result that goes on (`0.5 * 8 = 40`, `5 * 8 = 40/3`, `5 * 8 = 40 - 1`), is not the step `5 * 8 = 40` and
+scores as a false one. A division `x / y = z` (or `÷`) is a step of its own, true only when it is exact
+(`152 / 8 = 19`; `7 / 2 = 3` is false); a longer line holding one (`24 / 2 + 7 = 19`) is not read as steps
+and scores as a false equation. Equations are checked with integer arithmetic on the parsed digits; the text
+is never evaluated.
 
 `steps_attempted` pays the share of steps set out in the thought whatever their results: shaping for a first
 R1-zero stage, where right steps are too rare to learn from.
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from grpokit.rewards.registry import Reward, register_reward
 from grpokit.tasks.base import Task
-from grpokit.tasks.equations import done_in, read_thought, score_thought, step_key
+from grpokit.tasks.equations import done_in, leading, read_thought, score_thought, step_key
 from grpokit.tasks.parsing import MAX_COMPLETION_CHARS, THINK_TAGS
 
 __all__ = ["make_steps", "make_steps_attempted", "score_thought"]
@@ -48,6 +51,8 @@ def make_steps(task: Task) -> Reward:
     0.5
     >>> reward("<think>3 * 8 = 24. 24 + 7 = 31.</think><answer>31</answer>", row)
     1.0
+    >>> reward("<think>24 + 7 = 31.</think><answer>31</answer>", row)  # the second step without the first
+    0.0
     """
     _needs_worked_steps(task, "steps")
     tags = getattr(task, "tags", THINK_TAGS)
@@ -63,10 +68,10 @@ def make_steps_attempted(task: Task) -> Reward:
     """The share of the problem's steps the thought sets out to do, right or wrong: shaping for R1-zero.
 
     A step counts when an equation in the thought has its operands and operator (`3 * 8 = 25` attempts
-    `3 * 8 = 24`), or a longer line does it. Meant for a first stage from the untouched model, which
-    seldom writes a right step but often writes an equation (14% of completions on the problem's
-    numbers, against 3% right): it pays for working the problem out in the thought, so the thought does
-    not shrink to a guess while the tags are learned. Padding (more than `2 * steps + 2` equations)
+    `3 * 8 = 24`), or a longer line does it, and the steps before it count (credit runs from the first).
+    Meant for a first stage from the untouched model, which seldom writes a right step but more often
+    writes an equation on the problem's numbers: it pays for working the problem out in the thought, so
+    the thought does not shrink to a guess while the tags are learned. Padding (more than `2 * steps + 2` equations)
     scores 0. Pair it with `steps` and `correctness`; alone it pays wrong results.
 
     >>> from grpokit.tasks import build_task
@@ -86,7 +91,7 @@ def make_steps_attempted(task: Task) -> Reward:
             return 0.0
         wanted, written, lines, _ = read
         tried = {step_key(step, with_result=False) for step in written + done_in(lines)}
-        return sum(step_key(step, with_result=False) in tried for step in wanted) / len(wanted)
+        return leading(wanted, tried, with_result=False) / len(wanted)
 
     return steps_attempted_reward
 

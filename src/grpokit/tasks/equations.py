@@ -175,7 +175,8 @@ def step_key(step: Step | Sum, with_result: bool = True) -> tuple:
 
 def score_thought(thought: str, steps: list[str]) -> float:
     """What `steps` pays a thought for the worked steps `steps` (`x op y = z` lines): the share it writes
-    right, 0 if any equation in it is false or not of whole numbers, or if it pads.
+    right, counted from the first step up to the first it misses (`leading`), 0 if any equation in it is
+    false or not of whole numbers, or if it pads.
 
     >>> score_thought("7 * 11 = 77. 77 + 20 = 97.", ["7 * 11 = 77. 77 + 20 = 97."])
     1.0
@@ -187,7 +188,28 @@ def score_thought(thought: str, steps: list[str]) -> float:
     if odd or not all(is_true(step) for step in written) or any(_value(a) != _value(b) for a, b in lines):
         return 0.0
     done = {step_key(step) for step in written + done_in(lines)}
-    return sum(step_key(step) in done for step in wanted) / len(wanted)
+    return leading(wanted, done) / len(wanted)
+
+
+def leading(wanted: list[Step | Sum], done: set, with_result: bool = True) -> int:
+    """How many of the problem's steps, counted from its first, the thought does before the first it does
+    not (`done`: the keys of what it does, `step_key(step, with_result)`).
+
+    Credit runs from the first step, so a step counts only after the ones it follows: a column of a sum
+    (`2 + 1 = 3`) or a units sum (`0 + 6 = 6`) is the same equation in many problems, and a thought that
+    writes one fixed equation must not be paid on every problem that happens to hold it. A thought on
+    this problem starts where its solution starts.
+
+    >>> wanted = [(3, "*", 8, 24), (7, "+", 24, 31)]
+    >>> leading(wanted, {step_key(wanted[0])}), leading(wanted, {step_key(wanted[1])})
+    (1, 0)
+    """
+    count = 0
+    for step in wanted:
+        if step_key(step, with_result) not in done:
+            break
+        count += 1
+    return count
 
 
 def worked(solution: str) -> bool:
