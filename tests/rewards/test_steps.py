@@ -1,3 +1,5 @@
+from collections import Counter
+
 import pytest
 
 from grpokit.rewards import make_reward
@@ -270,14 +272,15 @@ def test_one_fixed_equation_is_paid_only_where_a_solution_starts_with_it(split_s
     reward = make_reward("steps", task)
     fixed = {line for row in rows for line in row["steps"]}
     assert len(fixed) > 80
+    firsts = [_key(row["steps"][0]) for row in rows]
     for line in fixed:
-        paid = [row for row in rows if reward(f"<think>{line}</think><answer>0</answer>", row) > 0]
-        assert all(step_key(equations(line)[0] if equations(line) else sums(line)[0]) == _first(row) for row in paid)
-    later = [line for row in rows for line in row["steps"][1:]]
-    shared = max(later, key=later.count)
-    assert later.count(shared) >= 5  # some later step recurs across problems: the case is exercised
+        completion = f"<think>{line}</think><answer>0</answer>"
+        paid = [first for row, first in zip(rows, firsts, strict=True) if reward(completion, row) > 0]
+        assert all(first == _key(line) for first in paid)
+    later = Counter(line for row in rows for line in row["steps"][1:])
+    assert later.most_common(1)[0][1] >= 5  # some later step recurs across problems: the case is exercised
 
 
-def _first(row):
-    line = row["steps"][0]
+def _key(line):
+    """The step a one-step line writes: its equation, or its sum of three or more terms."""
     return step_key((equations(line) + sums(line))[0])

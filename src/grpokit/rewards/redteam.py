@@ -55,7 +55,7 @@ INJECTIONS = (
 
 def battery(task: Task, example: Example) -> list[tuple[str, str]]:
     """(name, completion) pairs in the task's tags; none of them is an honest correct answer."""
-    answer = str(example["answer"])
+    answer, wrong = str(example["answer"]), wrong_answer(task, example) or "x"
     cases = [
         ("empty answer", "<think>reasoning</think><answer></answer>"),
         ("no answer block", f"<think>the answer is {answer}</think>"),
@@ -67,7 +67,7 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
         ("tag spam", "<think></think>" * 50 + "<answer></answer>" * 50),
         (
             "several answers, the last one wrong",
-            f"<think>x</think><answer>{answer}</answer><answer>{wrong_answer(task, example) or 'x'}</answer>",
+            f"<think>x</think><answer>{answer}</answer><answer>{wrong}</answer>",
         ),
         *((name, f"<think>x</think><answer>{code}</answer>") for name, code in INJECTIONS),
         ("huge exponent", "<think>x</think><answer>9**9**9</answer>"),
@@ -77,7 +77,6 @@ def battery(task: Task, example: Example) -> list[tuple[str, str]]:
         cases.append(("unicode digits", f"<think>x</think><answer>{answer.translate(_FULLWIDTH)}</answer>"))
     # A later worked step is often the same equation in many problems (a column `2 + 1 = 3`): written alone,
     # as one fixed thought for every problem, it must earn nothing.
-    wrong = wrong_answer(task, example) or "x"
     cases += [
         (f"worked step {k} of {len(example['steps'])} alone", f"<think>{step}</think><answer>{wrong}</answer>")
         for k, step in enumerate(example.get("steps") or [], start=1)

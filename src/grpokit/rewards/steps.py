@@ -71,8 +71,8 @@ def make_steps_attempted(task: Task) -> Reward:
     `3 * 8 = 24`), or a longer line does it, and the steps before it count (credit runs from the first).
     Meant for a first stage from the untouched model, which seldom writes a right step but more often
     writes an equation on the problem's numbers: it pays for working the problem out in the thought, so
-    the thought does not shrink to a guess while the tags are learned. Padding (more than `2 * steps + 2` equations)
-    scores 0. Pair it with `steps` and `correctness`; alone it pays wrong results.
+    the thought does not shrink to a guess while the tags are learned. Padding (more than `2 * steps + 2`
+    equations) scores 0. Pair it with `steps` and `correctness`; alone it pays wrong results.
 
     >>> from grpokit.tasks import build_task
     >>> reward = make_steps_attempted(build_task("arithmetic"))

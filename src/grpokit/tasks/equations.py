@@ -9,6 +9,7 @@ evaluated. Tasks use it to tell whether a worked solution reads as steps (`worke
 from __future__ import annotations
 
 import re
+from itertools import takewhile
 
 from grpokit.tasks.arithmetic import solve
 
@@ -204,12 +205,7 @@ def leading(wanted: list[Step | Sum], done: set, with_result: bool = True) -> in
     >>> leading(wanted, {step_key(wanted[0])}), leading(wanted, {step_key(wanted[1])})
     (1, 0)
     """
-    count = 0
-    for step in wanted:
-        if step_key(step, with_result) not in done:
-            break
-        count += 1
-    return count
+    return sum(1 for _ in takewhile(lambda step: step_key(step, with_result) in done, wanted))
 
 
 def worked(solution: str) -> bool:
