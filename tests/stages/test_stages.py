@@ -132,6 +132,8 @@ def test_resume_continues_inside_a_later_stage(tiny_model_dir, tmp_path, at):
         ([{"name": "a", "max_minutes": -5}], "max_minutes=-5.0"),
         ([{"name": "a", "max_minutes": float("inf")}], "max_minutes=inf"),
         ([{"name": "a", "max_minutes": "ten"}], "max_minutes='ten' should be float"),
+        ([{"name": "a", "max_run_minutes": 0}], "stage 'a': max_run_minutes=0.0; use a positive number of minutes"),
+        ([{"name": "a", "max_run_minutes": float("nan")}], "max_run_minutes=nan"),
         ([{"name": "a", "kind": "sft", "eval_every": -1}], "stage 'a': eval_every=-1"),
         ([{"name": "a"}, {"name": "a"}], "stage names must differ"),
         ([{"name": "a", "kind": "ppo"}], "kind='ppo'"),
@@ -149,12 +151,13 @@ def test_bad_stages_fail_when_the_recipe_loads(tiny_model_dir, tmp_path, stages,
         build_recipe(raw)
 
 
-def test_a_time_budget_stops_sft_and_grpo_stages_after_the_step_it_ran_out(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("limit", ["max_minutes", "max_run_minutes"])
+def test_a_time_budget_stops_sft_and_grpo_stages_after_the_step_it_ran_out(tiny_model_dir, tmp_path, limit):
     raw = tiny_recipe(tiny_model_dir, tmp_path, eval={"every": 1, "every_n": 2})
     # A budget any step exceeds: each stage stops after its first step of 5 (sft) and 3 (grpo).
     raw["stages"] = [
-        {"name": "warmup", "kind": "sft", "steps": 5, "max_minutes": 1e-9},
-        {"name": "grpo", "steps": 3, "max_minutes": 1e-9},
+        {"name": "warmup", "kind": "sft", "steps": 5, limit: 1e-9},
+        {"name": "grpo", "steps": 3, limit: 1e-9},
     ]
     run_dir = train.main(build_recipe(raw))
     rows = rows_of(run_dir)
@@ -163,8 +166,9 @@ def test_a_time_budget_stops_sft_and_grpo_stages_after_the_step_it_ran_out(tiny_
     names = [s["name"] for s in json.loads((run_dir / "stages.json").read_text())]
     assert names == ["before", "warmup", "grpo"]  # each stopped stage is evaluated and the run goes on
     log = (run_dir / "train.log").read_text()
+    which = "time budget" if limit == "max_minutes" else "run time limit"
     for stage in ("warmup", "grpo"):
-        assert log.count(f"stage {stage}: time budget of 1e-09 min reached after step 1") == 1, stage
+        assert log.count(f"stage {stage}: {which} of 1e-09 min reached after step 1") == 1, stage
     # No periodic eval after the step the budget stopped at: the stage's own evaluation follows.
     assert not any("eval/accuracy" in r for r in rows)
 
@@ -197,6 +201,32 @@ def test_the_budget_counts_training_steps_not_the_evaluations_between_them(monke
     assert (budget.reached_at, state.global_step, budget.seconds) == (3, 3, 75.0)
     # metrics.jsonl logs the same clock, which bench/time_to_skill.py draws against.
     assert [json.loads(line)["train_seconds"] for line in (tmp_path / "metrics.jsonl").open()] == [25, 50, 75]
+
+
+def test_the_run_time_limit_counts_the_evaluations_and_earlier_stages(monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from grpokit.stages import callbacks
+
+    now = [600.0]  # the run started at 0: loading, the first evaluation and a warm-up took 10 minutes
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    budget = callbacks.TimeBudget("grpo", run_minutes=15.0, run_started=0.0)
+    hook, control = budget.callback(), TrainerControl()
+    args, state = SimpleNamespace(device="cpu"), SimpleNamespace(global_step=0, is_world_process_zero=True)
+    for step in range(1, 20):
+        hook.on_step_begin(args, state, control)
+        now[0] += 25.0
+        state.global_step = step
+        hook.on_step_end(args, state, control)
+        if control.should_training_stop:
+            break
+        now[0] += 35.0  # an evaluation between steps counts against the run's limit
+    # Step k ends at 565 + 60k s: step 5 at 865, step 6 at 925, the first end past minute 15 (900 s).
+    assert (budget.reached_at, budget.seconds) == (6, 150.0)
+    with pytest.raises(ValueError, match="run_started"):
+        callbacks.TimeBudget("grpo", run_minutes=1.0)
 
 
 def test_a_resumed_stage_logs_its_pace_from_the_resume(monkeypatch, tmp_path, caplog):

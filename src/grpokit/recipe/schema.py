@@ -451,7 +451,10 @@ class StageSection:
     `eval_every`: greedy accuracy on eval.every_n validation problems every N steps (0: none); unset, a grpo
     stage takes eval.every and an sft stage evaluates at its end. `max_minutes`: the stage stops after the
     step during which its training time (inside training steps, not evaluations or saves; counted from a
-    resume) reached it; `steps` stays the upper bound and sets the learning-rate schedule."""
+    resume) reached it; `max_run_minutes`: the stage stops after the step during which the run's wall clock
+    (from the start of `grpokit train` or of its resume: loading, evaluations and earlier stages included)
+    reached it, so a recipe can fit a time limit on CPUs of any speed. `steps` stays the upper bound and sets
+    the learning-rate schedule."""
 
     name: str
     kind: str = "grpo"
@@ -466,6 +469,7 @@ class StageSection:
     curriculum: CurriculumSection | None = None
     eval_every: int | None = None
     max_minutes: float | None = None
+    max_run_minutes: float | None = None
 
     def validate(self) -> None:
         if self.kind not in STAGE_KINDS:
@@ -486,6 +490,11 @@ class StageSection:
             raise RecipeError(
                 f"stage {self.name!r}: max_minutes={self.max_minutes}; use a positive number of minutes "
                 "(e.g. max_minutes: 30), or leave it out for no time budget"
+            )
+        if self.max_run_minutes is not None and not 0 < self.max_run_minutes < float("inf"):
+            raise RecipeError(
+                f"stage {self.name!r}: max_run_minutes={self.max_run_minutes}; use a positive number of minutes "
+                "since the run started (e.g. max_run_minutes: 40), or leave it out for no run time limit"
             )
         if self.kind == "sft" and (self.rewards or self.grpo or self.dynamic_sampling or self.curriculum):
             raise RecipeError(

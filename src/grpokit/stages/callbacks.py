@@ -134,17 +134,30 @@ class StepClock:
 
 
 class TimeBudget:
-    """Stops a stage after the step during which its training time reached `minutes` (a stage's `max_minutes`).
+    """Stops a stage after the step during which its training time reached `minutes` (a stage's `max_minutes`),
+    or during which the run's wall clock reached `run_minutes` (a stage's `max_run_minutes`).
 
     Training time is the time from each step's start to its end, summed: rollouts, the loss and the
-    optimizer step, not the evaluations or checkpoint saves between steps. The callback must come before
-    PeriodicEval's, so that a step's evaluation runs after the budget has looked at that step. The clock
-    starts with the trainer, so a resumed stage's budget counts from the resume. With several processes the
-    ranks agree: the stage stops when any rank's budget ran out.
+    optimizer step, not the evaluations or checkpoint saves between steps. The run's wall clock counts
+    everything from `run_started` (a `time.perf_counter()` value: the start of `grpokit train`, or of the
+    resume), evaluations and earlier stages included. The callback must come before PeriodicEval's, so that
+    a step's evaluation runs after the budget has looked at that step. The stage clock starts with the
+    trainer, so a resumed stage's budget counts from the resume. With several processes the ranks agree: the
+    stage stops when any rank's budget ran out.
     """
 
-    def __init__(self, stage: str, minutes: float) -> None:
+    def __init__(
+        self,
+        stage: str,
+        minutes: float | None = None,
+        *,
+        run_minutes: float | None = None,
+        run_started: float | None = None,
+    ) -> None:
+        if run_minutes is not None and run_started is None:
+            raise ValueError("run_minutes needs run_started, the perf_counter() value the run started at")
         self.stage, self.minutes = stage, minutes
+        self.run_minutes, self.run_started = run_minutes, run_started
         self.clock = StepClock()
         self.reached_at: int | None = None  # the step after which the budget stopped the stage
 
@@ -152,6 +165,14 @@ class TimeBudget:
     def seconds(self) -> float:
         """Training time so far."""
         return self.clock.seconds
+
+    def ran_out(self) -> str | None:
+        """Which budget ran out (its log line), or None."""
+        if self.minutes is not None and self.seconds >= 60 * self.minutes:
+            return f"time budget of {self.minutes:g} min"
+        if self.run_minutes is not None and time.perf_counter() - self.run_started >= 60 * self.run_minutes:
+            return f"run time limit of {self.run_minutes:g} min"
+        return None
 
     def callback(self) -> Any:
         outer = self
@@ -162,14 +183,17 @@ class TimeBudget:
 
             def on_step_end(self, args, state, control, **kwargs):
                 outer.clock.end()
-                if outer.reached_at is None and _any_rank(outer.seconds >= 60 * outer.minutes, args.device):
+                if outer.reached_at is not None:
+                    return
+                which = outer.ran_out()
+                if _any_rank(which is not None, args.device):
                     outer.reached_at = state.global_step
                     control.should_training_stop = True
                     if state.is_world_process_zero:
                         log.info(
-                            "stage %s: time budget of %g min reached after step %d",
+                            "stage %s: %s reached after step %d",
                             outer.stage,
-                            outer.minutes,
+                            which or "another process's time budget",
                             state.global_step,
                         )
 

@@ -83,6 +83,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
 
     `callbacks` are extra transformers TrainerCallbacks for the GRPO stages.
     """
+    run_started = time.perf_counter()  # the clock of the stages' max_run_minutes
     configure_sandbox(recipe.sandbox)  # the recipe's sandbox: section, for every score this run takes
     measure_precision(recipe)  # before the seed: the measurement draws random matrices
     main_rank = launch.is_main()
@@ -152,6 +153,7 @@ def main(recipe: Recipe, resume: Path | str | None = None, callbacks: Sequence[A
                 callbacks,
                 seen=planned.recipe,
                 first_example=demonstrations_before(recipe, stage, plan),
+                run_started=run_started,
             )
             checkpoint, minutes = None, (time.perf_counter() - t0) / 60
             grpo_state = trainer.state if hasattr(trainer, "reward_funcs") else None
@@ -231,18 +233,30 @@ def run_stage(
     *,
     seen: Recipe,
     first_example: int,
+    run_started: float | None = None,
 ) -> tuple[Any, Any]:
     """Train one stage on `model` (from `checkpoint` when resuming inside it); return the model and trainer.
 
     `seen` is the recipe as the stage sees it (`PlannedStage.recipe`); an sft stage draws demonstrations
-    from the `first_example`-th on (`demonstrations_before`). A stage's `max_minutes` stops it early
-    (callbacks.TimeBudget; a resumed stage's budget counts from the resume); its `eval_every` (or
+    from the `first_example`-th on (`demonstrations_before`). A stage's `max_minutes` (its training time)
+    and `max_run_minutes` (the run's wall clock since `run_started`, a perf_counter() value; now when not
+    given) stop it early (callbacks.TimeBudget; a resumed stage's budget counts from the resume); its `eval_every` (or
     eval.every for grpo stages) evaluates it on `watched` (validation problems) every N steps."""
     metrics.stage, metrics.health = stage.name, None
     stop = StopOnSignal()
     shown = console.callbacks(stage.name)  # the stage's progress line, when a console is set up
     # Before the periodic evaluation's callback, which the trainers add last: see TimeBudget.
-    budget = [TimeBudget(stage.name, stage.max_minutes).callback()] if stage.max_minutes else []
+    limited = stage.max_minutes is not None or stage.max_run_minutes is not None
+    run_started = time.perf_counter() if run_started is None else run_started
+    budget = (
+        [
+            TimeBudget(
+                stage.name, stage.max_minutes, run_minutes=stage.max_run_minutes, run_started=run_started
+            ).callback()
+        ]
+        if limited
+        else []
+    )
     if stage.kind == "sft":
         trainer = sft.build_trainer(
             model,
@@ -263,6 +277,8 @@ def run_stage(
     console.adopt(trainer)
     metrics.trackers = tracker_callbacks(trainer)  # health warnings and the opening evaluation go there too
     budget_note = f", at most {stage.max_minutes:g} min of training" if stage.max_minutes else ""
+    if stage.max_run_minutes:
+        budget_note += f", until minute {stage.max_run_minutes:g} of the run"
     log.info("stage %s (%s): %d steps%s", stage.name, stage.kind, trainer.args.max_steps, budget_note)
     if checkpoint is not None and checkpoint_step(checkpoint) >= trainer.args.max_steps:
         # Stopped after its last step, before its evaluation: the checkpoint is the stage's result
