@@ -233,30 +233,23 @@ def run_stage(
     *,
     seen: Recipe,
     first_example: int,
-    run_started: float | None = None,
+    run_started: float,
 ) -> tuple[Any, Any]:
     """Train one stage on `model` (from `checkpoint` when resuming inside it); return the model and trainer.
 
     `seen` is the recipe as the stage sees it (`PlannedStage.recipe`); an sft stage draws demonstrations
     from the `first_example`-th on (`demonstrations_before`). A stage's `max_minutes` (its training time)
-    and `max_run_minutes` (the run's wall clock since `run_started`, a perf_counter() value; now when not
-    given) stop it early (callbacks.TimeBudget; a resumed stage's budget counts from the resume); its `eval_every` (or
+    and `max_run_minutes` (the run's wall clock since `run_started`, a perf_counter() value) stop it early
+    (callbacks.TimeBudget; a resumed stage's budget counts from the resume); its `eval_every` (or
     eval.every for grpo stages) evaluates it on `watched` (validation problems) every N steps."""
     metrics.stage, metrics.health = stage.name, None
     stop = StopOnSignal()
     shown = console.callbacks(stage.name)  # the stage's progress line, when a console is set up
     # Before the periodic evaluation's callback, which the trainers add last: see TimeBudget.
-    limited = stage.max_minutes is not None or stage.max_run_minutes is not None
-    run_started = time.perf_counter() if run_started is None else run_started
-    budget = (
-        [
-            TimeBudget(
-                stage.name, stage.max_minutes, run_minutes=stage.max_run_minutes, run_started=run_started
-            ).callback()
-        ]
-        if limited
-        else []
-    )
+    budget = []
+    if stage.max_minutes is not None or stage.max_run_minutes is not None:
+        limits = TimeBudget(stage.name, stage.max_minutes, run_minutes=stage.max_run_minutes, run_started=run_started)
+        budget = [limits.callback()]
     if stage.kind == "sft":
         trainer = sft.build_trainer(
             model,
