@@ -37,6 +37,12 @@ def two_runs(tmp_path):
     return a, b
 
 
+def test_the_page_goes_into_a_folder_that_does_not_exist_yet(two_runs, tmp_path):
+    out = tmp_path / "new" / "folder" / "cmp.html"
+    assert compare.main(list(two_runs), out) == out
+    assert out.read_text(encoding="utf-8").startswith("<!")
+
+
 def test_the_page_lays_the_runs_side_by_side(two_runs, tmp_path):
     a, b = two_runs
     page = compare.main([a, b], tmp_path / "cmp.html").read_text(encoding="utf-8")
