@@ -34,9 +34,9 @@ def main(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
     if out is None:
         common = Path(os.path.commonpath([p.absolute() for p in paths]))
         out = common / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.html"
+    loaded = [load_run(path, _label(i)) for i, path in enumerate(paths)]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)  # --out may name a folder that does not exist yet
-    loaded = [load_run(path, _label(i)) for i, path in enumerate(paths)]
     out.write_text(_page(loaded), encoding="utf-8")
     return out
 
