@@ -73,7 +73,7 @@ def test_a_task_without_worked_steps_is_refused():
         make_reward("steps", build_task("countdown"))
 
 
-@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "columns", "every_column", "place_value"])
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "columns", "every_column"])
 def test_listing_true_equations_until_one_is_a_step_earns_nothing(split_sums):
     """Every `a + p` for p up to 100 holds the real sum step; every `u + a` holds a split sum's units step."""
     task = build_task("arithmetic", {"split_sums": split_sums})
@@ -166,7 +166,7 @@ NEGATIVE_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "any", "columns", "every_column", "place_value"])
+@pytest.mark.parametrize("split_sums", ["none", "carries", "all", "any", "columns", "every_column"])
 @pytest.mark.parametrize("config", NEGATIVE_CONFIGS, ids=lambda c: f"{c['min_value']}..{c['max_value']}")
 def test_every_demonstration_scores_one_with_negative_operands(config, split_sums):
     """`-10 - (-72) = 62` is read with its sign: the task's own worked steps earn the whole reward."""
@@ -261,7 +261,7 @@ def test_worked_says_whether_a_solution_reads_as_steps():
     assert not worked("9 / 2 = 4.5")  # not whole numbers
 
 
-@pytest.mark.parametrize("split_sums", ["any", "columns", "every_column", "place_value"])
+@pytest.mark.parametrize("split_sums", ["any", "columns", "every_column"])
 def test_one_fixed_equation_is_paid_only_where_a_solution_starts_with_it(split_sums):
     """A thought that is one fixed equation for every problem: a column (`2 + 1 = 3`, `0 + 0 + 1 = 1`) or a
     units sum is a step of many problems, and paying it wherever it is a step paid a constant thought on up

@@ -231,57 +231,6 @@ def test_every_column_digits_of_the_sum_are_the_columns_last_digits():
         assert task.score(task.demonstration(row), row) == 1.0
 
 
-@pytest.mark.parametrize(
-    ("nums", "ops", "steps"),
-    [
-        ([47, 3, 8], ["+", "*"], ["3 * 8 = 24.", "7 + 4 = 11.", "40 + 20 = 60.", "60 + 11 = 71."]),
-        ([3, 8, 47], ["*", "+"], ["3 * 8 = 24.", "4 + 7 = 11.", "20 + 40 = 60.", "60 + 11 = 71."]),
-        ([6, 9, 6], ["*", "+"], ["6 * 9 = 54.", "4 + 6 = 10.", "50 + 10 = 60."]),  # one place in common
-        ([50, 5, 8], ["+", "*"], ["5 * 8 = 40.", "0 + 0 = 0.", "50 + 40 = 90.", "90 + 0 = 90."]),  # zeros kept
-        (
-            [99, 10, 10],
-            ["+", "*"],
-            ["10 * 10 = 100.", "9 + 0 = 9.", "90 + 0 = 90.", "100 + 90 = 190.", "190 + 9 = 199."],
-        ),
-        ([3, 2, 2], ["+", "*"], ["2 * 2 = 4.", "3 + 4 = 7."]),  # two digits: one step
-        ([50, 3, 8], ["-", "*"], ["3 * 8 = 24.", "50 - 24 = 26."]),  # subtraction: one step
-        ([-47, 3, 8], ["+", "*"], ["3 * 8 = 24.", "-47 + 24 = -23."]),  # a negative term: one step
-    ],
-)
-def test_place_value_writes_each_shared_place_then_adds_from_the_top(nums, ops, steps):
-    """`place_value`: the units, each higher place both terms have as whole tens, the longer term's higher
-    places as one number, then the parts added from the top."""
-    written, value = solve(nums, ops, split_sums="place_value")
-    assert written == steps
-    assert value == solve(nums, ops)[1]
-
-
-def test_place_value_steps_add_digits_of_one_place_then_totals_that_end_in_zeros():
-    """2000 problems with addends 0..9999: every step holds; the place sums add one digit each, worth the
-    same place, and cover the places both terms have; each later step adds a part to a total whose digits
-    below the part's top digit are zeros; the last step is the answer. The `steps` reward and
-    `score` pay each demonstration in full."""
-    from grpokit.rewards import make_reward
-
-    task = build_task("arithmetic", {"split_sums": "place_value", "addend_min": 0, "addend_max": 9999})
-    reward = make_reward("steps", task)
-    for row in task.dataset("train", 2000, distinct=False):
-        steps = row["steps"]
-        assert all(_true(step) for step in steps), steps
-        product = int(steps[0].split(" = ")[1].rstrip("."))
-        places = min(len(str(row["answer"] - product)), len(str(product)))  # the places both terms have
-        for k, step in enumerate(steps[1 : 1 + places]):
-            terms = step.split(" = ")[0].split(" + ")
-            assert all(len(term.rstrip("0") or "0") == 1 for term in terms), steps  # one digit each ...
-            assert all(term == "0" or len(term) == k + 1 for term in terms), steps  # ... worth place k
-        for step in steps[1 + places :]:
-            total, part = (int(term) for term in step.split(" = ")[0].split(" + "))
-            assert total % 10 ** (len(str(part)) - 1) == 0, steps
-        assert steps[-1].endswith(f" = {row['answer']}."), steps
-        assert reward(task.demonstration(row), row) == 1.0
-        assert task.score(task.demonstration(row), row) == 1.0
-
-
 def test_demonstration_scores_and_is_strict(task):
     from grpokit.tasks.parsing import is_strict_format
 

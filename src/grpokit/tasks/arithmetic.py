@@ -24,7 +24,7 @@ from grpokit.tasks.parsing import extract_answer
 from grpokit.tasks.registry import register_task
 
 OPERATORS = ("+", "-", "*")
-SPLIT_SUMS = ("none", "carries", "all", "any", "columns", "every_column", "place_value")
+SPLIT_SUMS = ("none", "carries", "all", "any", "columns", "every_column")
 _MAX_DRAWS = 1000  # a split of a tiny problem space may be empty: fail instead of spinning
 _INTEGER = re.compile(r"-?[0-9]{1,10000}")  # ASCII digits only (int() also reads "３"), any length a right answer has
 
@@ -50,10 +50,7 @@ class ArithmeticConfig:
     # "every_column" writes every sum of non-negative terms that way with no column left out: each column is
     # three terms, the missing digit as 0 and the carry as `+ 0` or `+ 1`, and a carry out of the last
     # column is a column of its own (`9 + 0 + 0 = 9. 8 + 2 + 0 = 10. 0 + 0 + 1 = 1. 89 + 20 = 109.`): one
-    # rule with no case to learn. "place_value" writes a sum with a term >= 10 by place value (see
-    # `place_sum`): the units, then each higher place both terms have as whole tens (`7 + 4 = 11. 40 + 20 =
-    # 60.`), then the parts added from the top (`60 + 11 = 71.`): no carry to write, any number of digits.
-    # The demonstrations and the `steps` reward follow the mode.
+    # rule with no case to learn. The demonstrations and the `steps` reward follow it.
     split_sums: str = "none"
     # Shares of the computations held out: `validation` (watched during training) and `test` (reported).
     validation_fraction: float = 0.1
@@ -220,7 +217,7 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     """`x + y` as the units' sum, then the tens plus it, when one term is a digit and the other is not
     (`mode` "all"), only when the units carry ("carries"), whenever the larger term is >= 10 ("any": the
     larger term's units plus the other, then its tens plus that), or never ("none": None, one step). A
-    negative term is never split. "columns" and "every_column" are `column_sum`, "place_value" `place_sum`.
+    negative term is never split. "columns" is `column_sum`.
 
     >>> split_sum(54, 7)
     ['4 + 7 = 11.', '50 + 11 = 61.']
@@ -235,8 +232,6 @@ def split_sum(x: int, y: int, mode: str = "all") -> list[str] | None:
     """
     if mode in ("columns", "every_column"):
         return column_sum(x, y, every=mode == "every_column")
-    if mode == "place_value":
-        return place_sum(x, y)
     big, other = max(x, y), min(x, y)
     splits = {
         "any": big >= 10 and other >= 0,
@@ -292,42 +287,6 @@ def column_sum(x: int, y: int, every: bool = False) -> list[str] | None:
     if every and carry:
         steps.append(f"0 + 0 + {carry} = {carry}.")
     return [*steps, f"{x} + {y} = {x + y}."]
-
-
-def place_sum(x: int, y: int) -> list[str] | None:
-    """`x + y` by place value; None (one step) when a term is negative or both are single digits.
-
-    Each place that both terms have is one sum, from the units up, its digits written as what they are
-    worth (`40 + 20 = 60.`, a zero digit as 0); the longer term's higher places stay one number. Then the
-    parts are added from the top, that number first: each step adds a part to a total that ends in zeros,
-    so there is no carry to write, and the same rule holds for any number of digits.
-
-    >>> place_sum(47, 24)
-    ['7 + 4 = 11.', '40 + 20 = 60.', '60 + 11 = 71.']
-    >>> place_sum(7, 54)  # one place in common: the units, then the other term's tens
-    ['7 + 4 = 11.', '50 + 11 = 61.']
-    >>> place_sum(100, 47)
-    ['0 + 7 = 7.', '0 + 40 = 40.', '100 + 40 = 140.', '140 + 7 = 147.']
-    >>> place_sum(1234, 5678)[3:]  # after the units, tens and hundreds: the thousands, then from the top
-    ['1000 + 5000 = 6000.', '6000 + 800 = 6800.', '6800 + 100 = 6900.', '6900 + 12 = 6912.']
-    >>> place_sum(3, 4) is None
-    True
-    """
-    if x < 0 or y < 0 or max(x, y) < 10:
-        return None
-    shared = min(len(str(x)), len(str(y)))
-    steps, parts = [], []
-    for k in range(shared):
-        place = 10**k
-        dx, dy = x // place % 10 * place, y // place % 10 * place
-        steps.append(f"{dx} + {dy} = {dx + dy}.")
-        parts.append(dx + dy)
-    rest = max(x, y) // 10**shared * 10**shared  # the longer term's higher places, 0 when none
-    total, *lower = [rest, *reversed(parts)] if rest else list(reversed(parts))
-    for part in lower:
-        steps.append(f"{total} + {part} = {total + part}.")
-        total += part
-    return steps
 
 
 def _listed(example: Example) -> str:
