@@ -1,6 +1,7 @@
 """Multi-stage recipes: stages run in order on the policy the last one left, each evaluated; resume inside any."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -169,6 +170,9 @@ def test_a_time_budget_stops_sft_and_grpo_stages_after_the_step_it_ran_out(tiny_
     which = "time budget" if limit == "max_minutes" else "run time limit"
     for stage in ("warmup", "grpo"):
         assert log.count(f"stage {stage}: {which} of 1e-09 min reached after step 1") == 1, stage
+        # Each stage starts past a run time limit this small, and says so before its one step.
+        late = rf"stage {stage} starts at minute [0-9.]+ of the run, past its max_run_minutes of 1e-09: it trains one"
+        assert len(re.findall(late, log)) == (limit == "max_run_minutes"), stage
     # No periodic eval after the step the budget stopped at: the stage's own evaluation follows.
     assert not any("eval/accuracy" in r for r in rows)
 

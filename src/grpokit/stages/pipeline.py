@@ -278,6 +278,16 @@ def run_stage(
         # (transformers would train one step more).
         trainer._load_from_checkpoint(str(checkpoint))
         return trainer.model, trainer
+    late = (time.perf_counter() - run_started) / 60
+    if stage.max_run_minutes is not None and late >= stage.max_run_minutes:
+        # The limit is checked after each step, so a stage that starts past it still trains one.
+        log.warning(
+            "stage %s starts at minute %.1f of the run, past its max_run_minutes of %g: it trains one step and "
+            "stops; raise max_run_minutes or shorten the stages before it",
+            stage.name,
+            late,
+            stage.max_run_minutes,
+        )
     with stop:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stop.requested:
