@@ -174,6 +174,21 @@ class TimeBudget:
             return f"run time limit of {self.run_minutes:g} min"
         return None
 
+    def warn_if_started_late(self) -> None:
+        """Warn when the run's wall clock has already passed `run_minutes` as the stage starts: the limit is
+        checked after each step, so such a stage still trains one."""
+        if self.run_minutes is None:
+            return
+        minute = (time.perf_counter() - self.run_started) / 60
+        if minute >= self.run_minutes:
+            log.warning(
+                "stage %s starts at minute %.1f of the run, past its max_run_minutes of %g: it trains one step "
+                "and stops; raise max_run_minutes or shorten the stages before it",
+                self.stage,
+                minute,
+                self.run_minutes,
+            )
+
     def callback(self) -> Any:
         outer = self
 

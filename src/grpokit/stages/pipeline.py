@@ -246,7 +246,7 @@ def run_stage(
     stop = StopOnSignal()
     shown = console.callbacks(stage.name)  # the stage's progress line, when a console is set up
     # Before the periodic evaluation's callback, which the trainers add last: see TimeBudget.
-    budget = []
+    budget, limits = [], None
     if stage.max_minutes is not None or stage.max_run_minutes is not None:
         limits = TimeBudget(stage.name, stage.max_minutes, run_minutes=stage.max_run_minutes, run_started=run_started)
         budget = [limits.callback()]
@@ -278,16 +278,8 @@ def run_stage(
         # (transformers would train one step more).
         trainer._load_from_checkpoint(str(checkpoint))
         return trainer.model, trainer
-    late = (time.perf_counter() - run_started) / 60
-    if stage.max_run_minutes is not None and late >= stage.max_run_minutes:
-        # The limit is checked after each step, so a stage that starts past it still trains one.
-        log.warning(
-            "stage %s starts at minute %.1f of the run, past its max_run_minutes of %g: it trains one step and "
-            "stops; raise max_run_minutes or shorten the stages before it",
-            stage.name,
-            late,
-            stage.max_run_minutes,
-        )
+    if limits is not None:
+        limits.warn_if_started_late()
     with stop:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stop.requested:
