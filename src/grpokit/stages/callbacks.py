@@ -166,11 +166,16 @@ class TimeBudget:
         """Training time so far."""
         return self.clock.seconds
 
+    @property
+    def run_seconds(self) -> float:
+        """The run's wall clock so far (needs `run_started`)."""
+        return time.perf_counter() - self.run_started
+
     def ran_out(self) -> str | None:
         """Which budget ran out (its log line), or None."""
         if self.minutes is not None and self.seconds >= 60 * self.minutes:
             return f"time budget of {self.minutes:g} min"
-        if self.run_minutes is not None and time.perf_counter() - self.run_started >= 60 * self.run_minutes:
+        if self.run_minutes is not None and self.run_seconds >= 60 * self.run_minutes:
             return f"run time limit of {self.run_minutes:g} min"
         return None
 
@@ -179,7 +184,7 @@ class TimeBudget:
         checked after each step, so such a stage still trains one."""
         if self.run_minutes is None:
             return
-        minute = (time.perf_counter() - self.run_started) / 60
+        minute = self.run_seconds / 60
         if minute >= self.run_minutes:
             log.warning(
                 "stage %s starts at minute %.1f of the run, past its max_run_minutes of %g: it trains one step "
